@@ -1,0 +1,48 @@
+"""commrt: a communication runtime for distributed deep-learning training.
+
+``import commrt`` stays light: NumPy and the compiled transport load here;
+Numba, CuPy, the training engine and the collectives load when first used.
+"""
+from commrt.errors import (  # noqa: F401
+    AuthError, BootstrapError, CollectiveMismatchError, CommError, CommTimeoutError,
+    MessageTruncatedError, PeerLostError, ProtocolError, StoreError, TransportError,
+)
+
+__version__ = "0.1.0"
+
+# Names resolved on first use (PEP 562), so that importing commrt is cheap.
+_LAZY = {
+    "init": "commrt.comm",
+    "Communicator": "commrt.comm",
+    "Request": "commrt.comm",
+    "Status": "commrt.comm",
+    "wait_all": "commrt.comm",
+    "ANY_SOURCE": "commrt.comm",
+    "ANY_TAG": "commrt.comm",
+    "ReduceOp": "commrt.collectives.ops",
+    "SUM": "commrt.collectives.ops",
+    "PROD": "commrt.collectives.ops",
+    "MIN": "commrt.collectives.ops",
+    "MAX": "commrt.collectives.ops",
+    "AVG": "commrt.collectives.ops",
+    "LAND": "commrt.collectives.ops",
+    "LOR": "commrt.collectives.ops",
+    "BAND": "commrt.collectives.ops",
+    "BOR": "commrt.collectives.ops",
+    "BXOR": "commrt.collectives.ops",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'commrt' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))

@@ -1,0 +1,82 @@
+"""Every COMMRT_* knob, with its default, read in one place.
+
+Values are read from the environment when asked for (not at import), so a
+test or a launcher may set them before ``commrt.init()``.  ``describe()``
+lists them all; docs/configuration.md is generated from the same table.
+"""
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+
+
+def _bool(text):
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected a boolean (1/0, true/false), got {text!r}")
+
+
+def _size(text):
+    """Bytes, with an optional K/M/G suffix (powers of 1024)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    return int(float(t[:-1] if scale > 1 else t) * scale)
+
+
+KNOBS: Dict[str, Knob] = {}
+
+
+def knob(name, default, parse, doc):
+    KNOBS[name] = Knob(name, default, parse, doc)
+
+
+# -- bootstrap (rendezvous) ------------------------------------------------
+knob("COMMRT_RANK", None, int, "This process's rank in the world (set by commrt-launch).")
+knob("COMMRT_WORLD_SIZE", None, int, "Number of ranks in the world.")
+knob("COMMRT_LOCAL_RANK", None, int, "Rank among the ranks on this host.")
+knob("COMMRT_LOCAL_WORLD_SIZE", None, int, "Number of ranks on this host.")
+knob("COMMRT_STORE_ADDR", None, str, "host:port of the rendezvous store.")
+knob("COMMRT_SECRET_FILE", None, str, "Path of a file (mode 0600) holding the job secret.")
+knob("COMMRT_SECRET", None, str, "The job secret itself (hex); prefer COMMRT_SECRET_FILE.")
+knob("COMMRT_HOST_ID", None, str, "Name that groups ranks by host (default: the hostname).")
+# -- transport -------------------------------------------------------------
+knob("COMMRT_TIMEOUT", 300.0, float, "Default deadline in seconds of every blocking call.")
+knob("COMMRT_TRANSPORT", "auto", str,
+     "auto (shared memory on one host, TCP across hosts), shm, or tcp (forces TCP on one host).")
+knob("COMMRT_BIND_ADDR", "127.0.0.1", str, "Address the data-plane listener binds (TCP).")
+knob("COMMRT_EAGER_LIMIT", 16384, _size, "Largest message sent eagerly (copied through the channel).")
+knob("COMMRT_SHM_RING_BYTES", 1 << 20, _size, "Bytes of each shared-memory ring, per direction.")
+knob("COMMRT_CMA", True, _bool, "Use process_vm_readv (single copy) for large shared-memory messages.")
+knob("COMMRT_SPIN_US", 50.0, float, "Microseconds a waiter spins before it sleeps (shrinks when oversubscribed).")
+knob("COMMRT_PROGRESS_THREAD", True, _bool, "Run a background progress thread for non-blocking operations.")
+knob("COMMRT_LOG_LEVEL", "WARNING", str, "Logging level of the commrt logger.")
+
+
+def get(name: str):
+    """The value of knob ``name``: parsed from the environment, else its default."""
+    k = KNOBS[name]
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return k.default
+    try:
+        return k.parse(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name}={raw!r}: {exc}") from None
+
+
+def describe() -> str:
+    """A Markdown table of every knob (used for docs/configuration.md)."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for k in KNOBS.values():
+        rows.append(f"| `{k.name}` | `{k.default}` | {k.doc} |")
+    return "\n".join(rows)

@@ -1,0 +1,3 @@
+# placeholder, replaced by the transport core
+def version():
+    return 0

@@ -1,0 +1,25 @@
+"""commrt.kernels: compute kernels that know nothing of communication.
+
+Reductions (collectives call them) and im2col/col2im (the engine's
+convolution), each as a NumPy reference, Numba CPU, Numba CUDA and CuPy
+twin, chosen by the array's type.  Names load lazily so that ``import
+commrt`` never pays for Numba.
+"""
+_LAZY = {
+    # reductions
+    "reduce_into": "commrt.kernels.reduce",
+    # convolution lowering
+    "im2col": "commrt.kernels.im2col",
+    "col2im": "commrt.kernels.im2col",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'commrt.kernels' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,29 @@
+"""Build script: the package layout (kernels/ and launcher/ install as
+commrt.kernels and commrt.launcher) and the compiled transport core."""
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, find_packages, setup
+
+packages = find_packages(include=["commrt", "commrt.*"])
+packages += ["commrt.kernels"] + ["commrt.kernels." + p for p in find_packages("kernels")]
+packages += ["commrt.launcher"] + ["commrt.launcher." + p for p in find_packages("launcher")]
+
+extensions = [
+    Extension(
+        "commrt.transport._core",
+        ["commrt/transport/_core.pyx"],
+        include_dirs=["commrt/transport/includes", numpy.get_include()],
+        extra_compile_args=["-O3", "-Wno-unused-function", "-Wno-unreachable-code"],
+    ),
+]
+
+setup(
+    packages=packages,
+    package_dir={"commrt.kernels": "kernels", "commrt.launcher": "launcher"},
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False,
+                             "cdivision": True, "initializedcheck": False},
+        include_path=["commrt/transport"],
+    ),
+)
