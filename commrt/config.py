@@ -49,6 +49,13 @@ knob("COMMRT_STORE_ADDR", None, str, "host:port of the rendezvous store.")
 knob("COMMRT_SECRET_FILE", None, str, "Path of a file (mode 0600) holding the job secret.")
 knob("COMMRT_SECRET", None, str, "The job secret itself (hex); prefer COMMRT_SECRET_FILE.")
 knob("COMMRT_HOST_ID", None, str, "Name that groups ranks by host (default: the hostname).")
+knob("COMMRT_RENDEZVOUS_DIR", None, str,
+     "Directory (shared between hosts) where rank 0 publishes the store address and secret "
+     "under torchrun/mpirun/srun when no secret is given; default /tmp/commrt-UID on one host, "
+     "~/.commrt/rendezvous across hosts.")
+knob("COMMRT_STORE_BIND", None, str,
+     "Address rank 0 binds the store to under torchrun/mpirun/srun (default: loopback on one "
+     "host, all interfaces across hosts).")
 # -- transport -------------------------------------------------------------
 knob("COMMRT_TIMEOUT", 300.0, float, "Default deadline in seconds of every blocking call.")
 knob("COMMRT_TRANSPORT", "auto", str,

@@ -219,30 +219,43 @@ def write_secret_file(path: str, secret: bytes) -> None:
 def read_secret_file(path: str) -> bytes:
     """The secret in ``path``, refusing a file that others could read or write."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise BootstrapError(f"cannot open the secret file {path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if info.st_uid != os.getuid():
-            raise BootstrapError(f"secret file {path} belongs to uid {info.st_uid}, "
-                                 f"not to this user (uid {os.getuid()})")
-        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise BootstrapError(f"secret file {path} has mode {stat.S_IMODE(info.st_mode):o}; "
-                                 f"it must be readable by its owner only (chmod 600)")
-        text = os.read(fd, 4096).decode("ascii", "replace")
-    finally:
-        os.close(fd)
+        text = read_private_file(path)
+    except FileNotFoundError:
+        raise BootstrapError(f"cannot open the secret file {path}: no such file") from None
     return parse_secret(text, f"secret file {path}")
 
 
-def load_secret(environ=None):
+def read_private_file(path: str, limit: int = 4096) -> str:
+    """The text of ``path`` if only its owner, this user, may read it.
+
+    FileNotFoundError passes through (callers may poll); anything else that
+    is wrong is a BootstrapError saying how to fix it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise BootstrapError(f"cannot open {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid():
+            raise BootstrapError(f"{path} belongs to uid {info.st_uid}, not to this user "
+                                 f"(uid {os.getuid()})")
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise BootstrapError(f"{path} has mode {stat.S_IMODE(info.st_mode):o}; it must be "
+                                 f"readable by its owner only (chmod 600)")
+        return os.read(fd, limit).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+def load_secret():
     """The job secret from COMMRT_SECRET_FILE or COMMRT_SECRET, or None if neither is set."""
-    lookup = config.get if environ is None else environ.get
-    path = lookup("COMMRT_SECRET_FILE")
+    path = config.get("COMMRT_SECRET_FILE")
     if path:
         return read_secret_file(path)
-    text = lookup("COMMRT_SECRET")
+    text = config.get("COMMRT_SECRET")
     if text:
         return parse_secret(text, "COMMRT_SECRET")
     return None

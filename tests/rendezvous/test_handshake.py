@@ -211,7 +211,7 @@ def test_readable_secret_file_is_refused(tmp_path):
 
 
 def test_missing_and_malformed_secrets(tmp_path):
-    with pytest.raises(BootstrapError, match="cannot open"):
+    with pytest.raises(BootstrapError, match="no such file"):
         auth.read_secret_file(str(tmp_path / "nope"))
     with pytest.raises(BootstrapError, match="not a hex string"):
         auth.parse_secret("zz", "COMMRT_SECRET")
@@ -219,13 +219,16 @@ def test_missing_and_malformed_secrets(tmp_path):
         auth.parse_secret("abcd", "COMMRT_SECRET")
 
 
-def test_load_secret_prefers_the_file(tmp_path):
+def test_load_secret_prefers_the_file(tmp_path, monkeypatch):
     path = str(tmp_path / "secret")
     auth.write_secret_file(path, SECRET)
-    env = {"COMMRT_SECRET_FILE": path, "COMMRT_SECRET": OTHER.hex()}
-    assert auth.load_secret(env) == SECRET
-    assert auth.load_secret({"COMMRT_SECRET": OTHER.hex()}) == OTHER
-    assert auth.load_secret({}) is None
+    monkeypatch.setenv("COMMRT_SECRET_FILE", path)
+    monkeypatch.setenv("COMMRT_SECRET", OTHER.hex())
+    assert auth.load_secret() == SECRET
+    monkeypatch.delenv("COMMRT_SECRET_FILE")
+    assert auth.load_secret() == OTHER
+    monkeypatch.delenv("COMMRT_SECRET")
+    assert auth.load_secret() is None
 
 
 def test_new_secrets_are_fresh():
