@@ -1,0 +1,166 @@
+"""Linear, 2-D convolution (im2col + one BLAS product) and pooling.
+
+Convolution keeps its output in CNHW memory order behind an NCHW view: the
+product ``W @ col`` yields (Cout, N*Ho*Wo), and transposing the view costs
+nothing.  Elementwise layers keep that order, so the gradient that comes
+back is usually CNHW-contiguous too and backward reshapes it without a copy.
+"""
+from commrt.kernels.im2col import col2im, geometry, im2col
+from commrt.nn.backend import get_array_module
+from commrt.nn.functions._util import as_tensor, pair, require_float, require_same_dtype
+from commrt.nn.tensor import Function
+
+
+class Linear(Function):
+    """y = x @ W.T + b with W of shape (out, in)."""
+
+    def forward(self, x, w, b=None):
+        self.x, self.w = x, w
+        y = x @ w.T
+        if b is not None:
+            y += b
+        return y
+
+    def backward(self, gy):
+        need = self.needs_input_grad
+        x2 = self.x.reshape(-1, self.x.shape[-1])
+        gy2 = gy.reshape(-1, gy.shape[-1])
+        gx = (gy @ self.w) if need[0] else None
+        gw = (gy2.T @ x2) if need[1] else None
+        grads = (gx, gw)
+        if len(need) == 3:
+            grads += (gy2.sum(axis=0) if need[2] else None,)
+        return grads
+
+
+def linear(x, weight, bias=None):
+    x = as_tensor(x)
+    tensors = (x, weight) if bias is None else (x, weight, bias)
+    require_float("linear", x)
+    require_same_dtype("linear", *tensors)
+    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input of shape {tuple(x.shape)} does not match weight "
+                         f"{tuple(weight.shape)} (expected last axis {weight.shape[1]})")
+    return Linear.apply(*tensors)
+
+
+class Conv2d(Function):
+    def forward(self, x, w, b=None):
+        k = w.shape[2:]
+        _, s, p, d, (Ho, Wo) = geometry(x.shape, k, self.stride, self.padding, self.dilation)
+        self.geom = (k, s, p, d)
+        self.x_shape = x.shape
+        cout = w.shape[0]
+        w2 = w.reshape(cout, -1)
+        col = im2col(x, k, s, p, d)
+        y = w2 @ col                                   # (Cout, N*Ho*Wo)
+        if b is not None:
+            y += b[:, None]
+        if self.needs_input_grad[1]:
+            self.col = col
+        if self.needs_input_grad[0]:
+            self.w2 = w2
+        return y.reshape(cout, x.shape[0], Ho, Wo).transpose(1, 0, 2, 3)
+
+    def backward(self, gy):
+        need = self.needs_input_grad
+        cout = gy.shape[1]
+        gy2 = gy.transpose(1, 0, 2, 3).reshape(cout, -1)   # free when gy is CNHW-contiguous
+        gx = gw = gb = None
+        if need[0]:
+            gx = col2im(self.w2.T @ gy2, self.x_shape, *self.geom)
+        if need[1]:
+            gw = (gy2 @ self.col.T).reshape(cout, self.x_shape[1], *self.geom[0])
+        if len(need) == 3 and need[2]:
+            gb = gy2.sum(axis=1)
+        return (gx, gw) if len(need) == 2 else (gx, gw, gb)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1):
+    """2-D cross-correlation of x (N, Cin, H, W) with weight (Cout, Cin, kh, kw)."""
+    x = as_tensor(x)
+    tensors = (x, weight) if bias is None else (x, weight, bias)
+    require_float("conv2d", x)
+    require_same_dtype("conv2d", *tensors)
+    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"conv2d: input {tuple(x.shape)} does not match weight "
+                         f"{tuple(weight.shape)}: expected (N, {weight.shape[1]}, H, W)")
+    if bias is not None and bias.shape != weight.shape[:1]:
+        raise ValueError(f"conv2d: bias {tuple(bias.shape)} does not match weight "
+                         f"{tuple(weight.shape)}")
+    return Conv2d.apply(*tensors, stride=pair(stride, "stride"), padding=pair(padding, "padding"),
+                        dilation=pair(dilation, "dilation"))
+
+
+def _planes(x):
+    """(N, C, H, W) -> (N*C, 1, H, W): pooling is a one-channel im2col per plane."""
+    N, C, H, W = x.shape
+    return x.reshape(N * C, 1, H, W)
+
+
+class MaxPool2d(Function):
+    def forward(self, x):
+        xp = get_array_module(x)
+        planes = _planes(x)
+        k, s, p = self.kernel_size, self.stride, self.padding
+        if p[0] or p[1]:                           # pad with -inf so padding never wins
+            planes = xp.pad(planes, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])),
+                            constant_values=-xp.inf)
+        _, _, _, _, (Ho, Wo) = geometry(planes.shape, k, s, 0, 1)
+        col = im2col(planes, k, s, 0, 1)          # (kh*kw, N*C*Ho*Wo)
+        self.argmax = col.argmax(axis=0)
+        self.shapes = x.shape, planes.shape, col.shape
+        y = col[self.argmax, xp.arange(col.shape[1])]
+        return y.reshape(x.shape[0], x.shape[1], Ho, Wo)
+
+    def backward(self, gy):
+        xp = get_array_module(gy)
+        x_shape, planes_shape, col_shape = self.shapes
+        gcol = xp.zeros(col_shape, dtype=gy.dtype)
+        gcol[self.argmax, xp.arange(col_shape[1])] = gy.reshape(-1)
+        gx = col2im(gcol, planes_shape, self.kernel_size, self.stride, 0, 1)
+        p = self.padding
+        if p[0] or p[1]:
+            gx = gx[:, :, p[0]:planes_shape[2] - p[0], p[1]:planes_shape[3] - p[1]]
+        return (gx.reshape(x_shape),)
+
+
+class AvgPool2d(Function):
+    """Average over each window, padding counted as zeros."""
+
+    def forward(self, x):
+        col = im2col(_planes(x), self.kernel_size, self.stride, self.padding, 1)
+        _, _, _, _, (Ho, Wo) = geometry(x.shape, self.kernel_size, self.stride, self.padding, 1)
+        self.shapes = x.shape, col.shape
+        return col.mean(axis=0).reshape(x.shape[0], x.shape[1], Ho, Wo)
+
+    def backward(self, gy):
+        xp = get_array_module(gy)
+        x_shape, col_shape = self.shapes
+        g = gy.reshape(1, -1) / col_shape[0]
+        gcol = xp.broadcast_to(g, col_shape).astype(gy.dtype)
+        N, C, H, W = x_shape
+        gx = col2im(gcol, (N * C, 1, H, W), self.kernel_size, self.stride, self.padding, 1)
+        return (gx.reshape(x_shape),)
+
+
+def _pool_args(op, x, kernel_size, stride, padding):
+    x = as_tensor(x)
+    if x.ndim != 4:
+        raise ValueError(f"{op}: expected an (N, C, H, W) input, got shape {tuple(x.shape)}")
+    k = pair(kernel_size, "kernel_size")
+    s = k if stride is None else pair(stride, "stride")
+    p = pair(padding, "padding")
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise ValueError(f"{op}: padding {p} must be at most half the kernel {k}")
+    return x, dict(kernel_size=k, stride=s, padding=p)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0):
+    x, params = _pool_args("max_pool2d", x, kernel_size, stride, padding)
+    return MaxPool2d.apply(x, **params)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0):
+    x, params = _pool_args("avg_pool2d", x, kernel_size, stride, padding)
+    return AvgPool2d.apply(x, **params)
