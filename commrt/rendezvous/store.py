@@ -109,11 +109,21 @@ class StoreServer:
         self._wake_r, self._wake_w = None, None
 
     # lifecycle
+    def bind(self):
+        """Bind and listen without serving yet; returns self.
+
+        Lets a launcher learn the address, then fork its ranks while it still
+        has a single thread, then ``start()``: connections wait in the backlog.
+        """
+        if self._listener is None:
+            self._listener = _listen(self._host, self._port)
+        return self
+
     def start(self):
-        """Bind, listen and serve in a background thread; returns self."""
-        if self._listener is not None:
+        """Bind (unless bound), listen and serve in a background thread; returns self."""
+        if self._accept_thread is not None:
             raise StoreError("store server already started")
-        self._listener = _listen(self._host, self._port)
+        self.bind()
         self._wake_r, self._wake_w = socket.socketpair()
         self._accept_thread = threading.Thread(target=self._accept_loop, daemon=True,
                                                name="commrt-store-accept")
@@ -128,6 +138,12 @@ class StoreServer:
         host, port = self._listener.getsockname()[:2]
         return host, port
 
+    def keys(self, prefix=""):
+        """The keys set so far that start with ``prefix`` (read in-process, for the
+        launcher's reports)."""
+        with self._cond:
+            return [k for k in self._data if k.startswith(prefix)]
+
     def close(self):
         """Stop serving: wakes every waiter, closes every connection. Idempotent."""
         with self._cond:
@@ -141,6 +157,7 @@ class StoreServer:
             self._accept_thread.join(5.0)
             self._wake_w.close()
             self._wake_r.close()
+        if self._listener is not None:
             self._listener.close()
         for conn in conns:
             _shutdown(conn)
@@ -148,7 +165,7 @@ class StoreServer:
             thread.join(1.0)
 
     def __enter__(self):
-        return self if self._listener is not None else self.start()
+        return self if self._accept_thread is not None else self.start()
 
     def __exit__(self, *exc):
         self.close()

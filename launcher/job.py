@@ -1,0 +1,411 @@
+"""Run one job: host the store, start the ranks, forward their output, stop them all.
+
+One thread does everything but serve the store: a selector loop over the
+ranks' pipes and a signal wake-up socket.  The ranks are forked before the
+store's threads start, so the tiny ``preexec_fn`` (PR_SET_PDEATHSIG) runs in
+a single-threaded parent; this process never imports numpy or numba.
+
+Each rank leads its own session (process group): a signal to the group
+reaches everything the rank started, and a Ctrl-C in the terminal reaches
+only the launcher, which forwards it once.  Ranks die with the launcher
+(PR_SET_PDEATHSIG), even if it is killed with SIGKILL.
+
+Stopping: on the first rank that fails (non-zero exit or a signal), on a
+signal to the launcher, or at --timeout, every other rank's group gets
+SIGTERM (or the signal the launcher got), then SIGKILL after ``grace``
+seconds.  When every rank has exited, each group gets a SIGKILL for any
+process the rank left behind.
+"""
+import ctypes
+import os
+import selectors
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from commrt.errors import StoreError
+from commrt.launcher import hosts as hostmod
+from commrt.launcher.output import STDERR, STDOUT, OutputRouter
+from commrt.rendezvous import auth
+from commrt.rendezvous.store import StoreServer
+
+_PR_SET_PDEATHSIG = 1
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_DRAIN_S = 1.0           # after the last rank exits, wait this long for its pipes to close
+_LAUNCHER_KNOBS = ("COMMRT_",)  # forwarded to remote ranks from our own environment
+
+
+@dataclass
+class JobSpec:
+    """Everything the command line says about a job."""
+    nprocs: int
+    command: List[str]                      # argv of each rank
+    hosts: List[hostmod.Host]
+    ssh_cmd: List[str] = field(default_factory=lambda: ["ssh"])
+    timeout: Optional[float] = None
+    prefix: bool = True
+    log_dir: Optional[str] = None
+    env: Dict[str, str] = field(default_factory=dict)
+    bind: Optional[str] = None
+    store_port: int = 0
+    grace: float = 2.0
+    verbose: bool = False
+
+
+@dataclass
+class Rank:
+    placement: hostmod.Placement
+    remote: bool
+    proc: object = None
+    returncode: Optional[int] = None
+
+    @property
+    def rank(self):
+        return self.placement.rank
+
+
+def run(spec: JobSpec) -> int:
+    """Run the job to its end; returns the launcher's exit code."""
+    return Job(spec).run()
+
+
+class Job:
+    def __init__(self, spec):
+        self.spec = spec
+        self.placements = hostmod.place(spec.nprocs, spec.hosts)
+        self.ranks = [Rank(p, remote=not hostmod.is_local(p.host)) for p in self.placements]
+        self.router = OutputRouter(spec.prefix, spec.log_dir)
+        self.secret = auth.new_secret()
+        self.failed = None          # the first rank that failed: the root cause
+        self.stop_reason = None     # why we are stopping, if we are
+        self.exit_code = 0
+        self.kill_at = None
+        self.server = None
+        self.tmpdir = None
+        self.pipes = {}             # fd -> (rank, stream, pipe)
+        self.never_joined = []
+        self.my_pid = os.getpid()
+
+    # -- the whole life of a job
+    def run(self):
+        old_handlers, old_wakeup = {}, None
+        wake_r, wake_w = socket.socketpair()
+        try:
+            wake_r.setblocking(False)
+            wake_w.setblocking(False)
+            old_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+            for sig in _FORWARDED + (signal.SIGCHLD,):
+                old_handlers[sig] = signal.signal(sig, lambda *_: None)  # the wake-up fd tells
+            self._prepare_store()
+            self._spawn_all()
+            self.server.start()
+            self._loop(wake_r)
+        finally:
+            self._teardown()
+            if old_wakeup is not None:
+                signal.set_wakeup_fd(old_wakeup)
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+            wake_r.close()
+            wake_w.close()
+        self._report()
+        return self.exit_code
+
+    def _prepare_store(self):
+        all_local = not any(r.remote for r in self.ranks)
+        bind = self.spec.bind or ("127.0.0.1" if all_local else "0.0.0.0")
+        self.server = StoreServer(self.secret, host=bind, port=self.spec.store_port)
+        try:
+            self.server.bind()
+        except StoreError as exc:
+            if not (all_local and self.spec.store_port):
+                raise
+            _note(f"store port {self.spec.store_port} is busy ({exc}); using any free port")
+            self.server = StoreServer(self.secret, host=bind, port=0).bind()
+        port = self.server.address[1]
+        wildcard = bind in ("0.0.0.0", "::", "")
+        self.local_store = f"{'127.0.0.1' if wildcard else _bracket(bind)}:{port}"
+        self.remote_store = f"{_bracket(socket.getfqdn()) if wildcard else _bracket(bind)}:{port}"
+        self.tmpdir = tempfile.mkdtemp(prefix="commrt-launch-")
+        self.secret_file = os.path.join(self.tmpdir, "secret")
+        auth.write_secret_file(self.secret_file, self.secret)
+        if self.spec.verbose:
+            _note(f"store at {self.local_store if all_local else self.remote_store}; "
+                  f"{len(self.ranks)} ranks on {', '.join(h.name for h in self.spec.hosts)}")
+
+    # -- starting ranks
+    def _spawn_all(self):
+        import subprocess
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        parent = os.getpid()
+
+        def child_setup():  # after fork, before exec; we are single-threaded here
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # the launcher died before prctl took effect
+                os._exit(1)
+
+        for r in self.ranks:
+            self.router.add_rank(r.rank)
+            argv, env, stdin = self._rank_command(r)
+            try:
+                r.proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, start_new_session=True,
+                                          preexec_fn=child_setup)
+            except OSError as exc:
+                raise LaunchError(f"cannot start rank {r.rank} ({argv[0]}): {exc}") from None
+            if r.remote:
+                self._send_remote_spec(r)
+            for stream, pipe in ((STDOUT, r.proc.stdout), (STDERR, r.proc.stderr)):
+                os.set_blocking(pipe.fileno(), False)
+                self.pipes[pipe.fileno()] = (r, stream, pipe)
+
+    def _rank_env(self, r):
+        p = r.placement
+        env = {
+            "COMMRT_RANK": str(p.rank), "COMMRT_WORLD_SIZE": str(self.spec.nprocs),
+            "COMMRT_LOCAL_RANK": str(p.local_rank), "COMMRT_LOCAL_WORLD_SIZE": str(p.local_size),
+            "COMMRT_HOST_ID": p.host,
+            "COMMRT_STORE_ADDR": self.remote_store if r.remote else self.local_store,
+            "RANK": str(p.rank), "WORLD_SIZE": str(self.spec.nprocs),
+            "LOCAL_RANK": str(p.local_rank), "LOCAL_WORLD_SIZE": str(p.local_size),
+        }
+        if not r.remote:
+            env["COMMRT_SECRET_FILE"] = self.secret_file
+        env.update(self.spec.env)
+        return env
+
+    def _rank_command(self, r):
+        import subprocess
+
+        env = self._rank_env(r)
+        if not r.remote:
+            full = dict(os.environ)
+            full.pop("COMMRT_SECRET", None)  # ours is in the file; never a stale one
+            full.update(env)
+            full.setdefault("PYTHONUNBUFFERED", "1")
+            if "OMP_NUM_THREADS" not in full:
+                full["OMP_NUM_THREADS"] = str(omp_share(r.placement.local_size))
+            return self.spec.command, full, subprocess.DEVNULL
+        argv = self.spec.ssh_cmd + [r.placement.host, sys.executable, "-m",
+                                    "commrt.launcher.remote"]
+        return argv, dict(os.environ), subprocess.PIPE
+
+    def _send_remote_spec(self, r):
+        """The remote shim reads its rank's command, environment and the secret
+        from stdin (never a command line), then holds stdin open as a lifeline."""
+        import json
+
+        env = {k: v for k, v in os.environ.items()
+               if k.startswith(_LAUNCHER_KNOBS) and k not in ("COMMRT_SECRET", "COMMRT_SECRET_FILE")}
+        for name in ("PYTHONPATH", "OMP_NUM_THREADS", "PYTHONUNBUFFERED"):
+            if name in os.environ:
+                env[name] = os.environ[name]
+        env.update(self._rank_env(r))
+        spec = {"argv": self.spec.command, "env": env, "cwd": os.getcwd(),
+                "secret": self.secret.hex(), "local_size": r.placement.local_size}
+        try:
+            r.proc.stdin.write(json.dumps(spec).encode() + b"\n")
+            r.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the remote command already died: its exit code tells why
+
+    # -- the event loop
+    def _loop(self, wake_r):
+        sel = selectors.DefaultSelector()
+        sel.register(wake_r, selectors.EVENT_READ, None)
+        for fd in self.pipes:
+            sel.register(fd, selectors.EVENT_READ, fd)
+        deadline = None if self.spec.timeout is None else time.monotonic() + self.spec.timeout
+        drain_until = None
+        while self.pipes or self._alive():
+            now = time.monotonic()
+            if not self._alive():
+                drain_until = drain_until or now + _DRAIN_S
+                if now >= drain_until:
+                    break
+            for key, _ in sel.select(self._next_wait(now, deadline, drain_until)):
+                if key.data is None:
+                    self._on_signals(wake_r)
+                else:
+                    self._on_readable(sel, key.data)
+            self._reap()
+            now = time.monotonic()
+            if deadline is not None and now >= deadline and self.stop_reason is None:
+                self._stop(f"the job ran past --timeout {self.spec.timeout:g} s", signal.SIGTERM,
+                           code=124)
+            if self.kill_at is not None and now >= self.kill_at:
+                self._signal_all(signal.SIGKILL)
+                self.kill_at = None
+        sel.close()
+
+    def _next_wait(self, now, deadline, drain_until):
+        wait = 1.0  # also a safety net should a SIGCHLD be missed
+        for t in (deadline if self.stop_reason is None else None, self.kill_at, drain_until):
+            if t is not None:
+                wait = min(wait, max(t - now, 0.0))
+        return wait
+
+    def _on_signals(self, wake_r):
+        try:
+            data = wake_r.recv(256)
+        except BlockingIOError:
+            return
+        for signum in data:
+            if signum in _FORWARDED and self.stop_reason is None:
+                name = signal.Signals(signum).name
+                self._stop(f"commrt-launch received {name}", signum, code=128 + signum)
+            elif signum in _FORWARDED and self.kill_at is not None:
+                self._signal_all(signal.SIGKILL)  # asked twice: no more grace
+                self.kill_at = None
+
+    def _on_readable(self, sel, fd):
+        r, stream, pipe = self.pipes[fd]
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.router.feed(r.rank, stream, data)
+            return
+        sel.unregister(fd)
+        self.router.finish(r.rank, stream)
+        pipe.close()
+        del self.pipes[fd]
+
+    def _alive(self):
+        return any(r.returncode is None for r in self.ranks)
+
+    def _reap(self):
+        for r in self.ranks:
+            if r.returncode is None and r.proc.poll() is not None:
+                r.returncode = r.proc.returncode
+                self._kill_group(r, signal.SIGKILL)  # whatever the rank left behind
+                if r.returncode != 0 and self.failed is None and self.stop_reason is None:
+                    self.failed = r
+                    code = r.returncode if r.returncode > 0 else 128 - r.returncode
+                    self._stop(f"rank {r.rank} {describe_exit(r.returncode)}", signal.SIGTERM,
+                               code=code)
+
+    # -- stopping
+    def _stop(self, reason, signum, code):
+        self.stop_reason = reason
+        self.exit_code = code
+        self._signal_all(signum)
+        self.kill_at = time.monotonic() + self.spec.grace
+
+    def _signal_all(self, signum):
+        for r in self.ranks:
+            if r.returncode is None:
+                if r.remote and r.proc.stdin is not None and signum == signal.SIGKILL:
+                    _close_quietly(r.proc.stdin)
+                self._kill_group(r, signum)
+
+    def _kill_group(self, r, signum):
+        try:
+            os.killpg(r.proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _teardown(self):
+        """Whatever happened, leave no process, pipe, store or secret behind."""
+        for r in self.ranks:
+            if r.proc is not None and r.proc.poll() is None:
+                self._kill_group(r, signal.SIGKILL)
+        for r in self.ranks:
+            if r.proc is None:
+                continue
+            try:
+                r.proc.wait(5.0)
+            except Exception:  # noqa: BLE001 - never let cleanup hide the real error
+                pass
+            if r.returncode is None:
+                r.returncode = r.proc.returncode
+            self._kill_group(r, signal.SIGKILL)
+            for pipe in (r.proc.stdin, r.proc.stdout, r.proc.stderr):
+                if pipe is not None:
+                    _close_quietly(pipe)
+        for r, stream, _ in list(self.pipes.values()):
+            self.router.finish(r.rank, stream)
+        self.pipes.clear()
+        self.router.close()
+        if self.server is not None:
+            self.never_joined = self._never_joined()
+            self.server.close()
+        if self.tmpdir is not None:
+            for name in os.listdir(self.tmpdir):
+                os.unlink(os.path.join(self.tmpdir, name))
+            os.rmdir(self.tmpdir)
+
+    def _never_joined(self):
+        from commrt.rendezvous.bootstrap import JOINED_KEY
+
+        joined = {k.rsplit("/", 1)[1] for k in self.server.keys(JOINED_KEY + "/")}
+        if not joined:
+            return []  # the program does not use commrt's store at all
+        return [r.rank for r in self.ranks if str(r.rank) not in joined]
+
+    # -- the root-cause summary
+    def _report(self):
+        if self.stop_reason is None:
+            return
+        stopped = [r.rank for r in self.ranks if r is not self.failed
+                   and r.returncode is not None and r.returncode != 0]
+        lines = [f"{self.stop_reason}; stopped {len(stopped)} other rank(s)"
+                 if self.failed else f"{self.stop_reason}; stopped {len(stopped)} rank(s)"]
+        if self.failed is not None:
+            r = self.failed
+            lines[0] = (f"rank {r.rank} (pid {r.proc.pid} on {r.placement.host}) "
+                        f"{describe_exit(r.returncode)}; stopped {len(stopped)} other rank(s)")
+            tail = self.router.tail(r.rank)
+            if tail:
+                lines.append(f"last lines of rank {r.rank}'s stderr:")
+                lines.extend("    " + t for t in tail)
+        if self.never_joined:
+            lines.append("rank(s) that never connected to the store: "
+                         + ", ".join(map(str, self.never_joined)))
+        lines.append(f"exit code {self.exit_code}")
+        for line in lines:
+            _note(line)
+
+
+class LaunchError(RuntimeError):
+    """The launcher could not start the job."""
+
+
+def describe_exit(returncode):
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name} (signal {-returncode})"
+    return f"exited with code {returncode}"
+
+
+def omp_share(local_ranks):
+    """Threads per rank: this host's usable cores shared among its ranks."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, local_ranks))
+
+
+def _bracket(host):
+    return f"[{host}]" if ":" in host else host
+
+
+def _close_quietly(f):
+    try:
+        f.close()
+    except OSError:
+        pass
+
+
+def _note(text):
+    sys.stderr.write(f"commrt-launch: {text}\n")
+    sys.stderr.flush()

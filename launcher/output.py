@@ -1,0 +1,90 @@
+"""Forward the ranks' output: whole lines only, each prefixed ``[k] ``.
+
+Each (rank, stream) has its own buffer; a read from a rank's pipe may end
+mid-line, so only complete lines leave the buffer, in one write, and the
+rest waits for its newline (or for EOF, when it is flushed with one).  The
+launcher is the only writer of its stdout and stderr, so lines of different
+ranks can never interleave mid-line.  A line longer than MAX_LINE_BYTES is
+cut there rather than held without bound.
+"""
+import collections
+import os
+
+MAX_LINE_BYTES = 4 << 20
+TAIL_LINES = 20
+STDOUT, STDERR = 0, 1
+
+
+class OutputRouter:
+    """Routes bytes read from the ranks' pipes to our stdout/stderr and log files."""
+
+    def __init__(self, prefix=True, log_dir=None, out=None, err=None):
+        import sys
+        self.prefix = prefix
+        self.log_dir = log_dir
+        self._sinks = [out or sys.stdout.buffer, err or sys.stderr.buffer]
+        self._broken = [False, False]
+        self._buffers = {}
+        self._logs = {}
+        self._tails = collections.defaultdict(lambda: collections.deque(maxlen=TAIL_LINES))
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+
+    def add_rank(self, rank):
+        self._buffers[(rank, STDOUT)] = bytearray()
+        self._buffers[(rank, STDERR)] = bytearray()
+        if self.log_dir:
+            self._logs[rank] = open(os.path.join(self.log_dir, f"rank.{rank}.log"), "wb")
+
+    def feed(self, rank, stream, data):
+        """Take bytes read from one pipe; emit every complete line."""
+        buf = self._buffers[(rank, stream)]
+        buf += data
+        end = buf.rfind(b"\n") + 1
+        if end == 0 and len(buf) >= MAX_LINE_BYTES:
+            buf += b"\n"  # an endless line: cut it rather than hold it all
+            end = len(buf)
+        if end:
+            lines = bytes(buf[:end])
+            del buf[:end]
+            self._emit(rank, stream, lines)
+
+    def finish(self, rank, stream):
+        """The pipe reached EOF: flush a last partial line, with a newline."""
+        buf = self._buffers[(rank, stream)]
+        if buf:
+            lines = bytes(buf) + b"\n"
+            buf.clear()
+            self._emit(rank, stream, lines)
+
+    def tail(self, rank):
+        """The last lines rank ``rank`` wrote to stderr."""
+        return list(self._tails[rank])
+
+    def close(self):
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+
+    def _emit(self, rank, stream, lines):
+        parts = lines.split(b"\n")[:-1]  # lines ends with a newline
+        if stream == STDERR:
+            self._tails[rank].extend(p.decode("utf-8", "replace") for p in parts)
+        log = self._logs.get(rank)
+        if log is not None:
+            log.write(lines)
+            log.flush()
+        if self.prefix:
+            tag = b"[%d] " % rank
+            lines = b"".join(tag + p + b"\n" for p in parts)
+        self._write(stream, lines)
+
+    def _write(self, stream, data):
+        if self._broken[stream]:
+            return
+        sink = self._sinks[stream]
+        try:
+            sink.write(data)
+            sink.flush()
+        except BrokenPipeError:  # e.g. `commrt-launch ... | head`: drop the rest
+            self._broken[stream] = True
