@@ -116,8 +116,10 @@ def main():
             os.unlink(os.path.join(tmpdir, name))
         os.rmdir(tmpdir)
     if code < 0:  # die the way the rank died, so the launcher sees the signal
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
+        return 128 - code  # a signal whose default is to be ignored
     return code
 
 

@@ -312,13 +312,15 @@ def test_wrong_secret_on_one_rank_fails_clearly(tmp_path):
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="OpenMPI's mpirun is not installed")
 def test_real_mpirun_bootstrap(tmp_path):
     """The store bootstrap under the real OpenMPI mpirun (4 ranks)."""
+    results_dir = tmp_path / "results"
+    results_dir.mkdir()
     env = clean_env({"COMMRT_RENDEZVOUS_DIR": str(tmp_path / "rdv"),
-                     "OMPI_MCA_rmaps_base_oversubscribe": "1"})
+                     "TEST_OUT_DIR": str(results_dir)})
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
            sys.executable, RANK_SCRIPT]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    results = sorted((json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")),
+    results = sorted((json.loads(p.read_text()) for p in results_dir.iterdir()),
                      key=lambda r: r["rank"])
     assert [r["rank"] for r in results] == [0, 1, 2, 3]
     assert all(r["launcher"] == "mpirun" and r["local_size"] == 4 for r in results)
