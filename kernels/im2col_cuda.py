@@ -10,7 +10,7 @@ which make a round trip through the device (this is how the tests run under
 import numpy as np
 from numba import cuda
 
-from commrt.kernels.im2col import check_col, geometry
+from commrt.kernels.im2col_numpy import check_col, geometry
 
 THREADS = 128
 
@@ -53,6 +53,15 @@ def _col2im_kernel(col, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, out):
     out[n, c, h, w] = acc
 
 
+def _on_device(a):
+    """(device array, whether ``a`` was on the host)."""
+    if isinstance(a, np.ndarray):
+        return cuda.to_device(np.ascontiguousarray(a)), True
+    if hasattr(a, "copy_to_host"):                 # already a numba device array
+        return a, False
+    return cuda.as_cuda_array(a), False             # e.g. a CuPy or PyTorch GPU array
+
+
 def _launch(kernel, total, *args):
     if total:
         blocks = (total + THREADS - 1) // THREADS
@@ -62,8 +71,7 @@ def _launch(kernel, total, *args):
 def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), (Ho, Wo) = geometry(
         x.shape, kernel_size, stride, padding, dilation)
-    on_host = isinstance(x, np.ndarray)
-    d_x = cuda.to_device(np.ascontiguousarray(x)) if on_host else cuda.as_cuda_array(x)
+    d_x, on_host = _on_device(x)
     N, C = x.shape[:2]
     col = cuda.device_array((C * kh * kw, N * Ho * Wo), dtype=d_x.dtype)
     _launch(_im2col_kernel, col.size, d_x, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, col)
@@ -74,8 +82,7 @@ def col2im(col, x_shape, kernel_size, stride=1, padding=0, dilation=1):
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), (Ho, Wo) = geometry(
         x_shape, kernel_size, stride, padding, dilation)
     check_col(col, x_shape, kh, kw, Ho, Wo)
-    on_host = isinstance(col, np.ndarray)
-    d_col = cuda.to_device(np.ascontiguousarray(col)) if on_host else cuda.as_cuda_array(col)
+    d_col, on_host = _on_device(col)
     out = cuda.device_array(tuple(x_shape), dtype=d_col.dtype)
     _launch(_col2im_kernel, out.size, d_col, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, out)
     return out.copy_to_host() if on_host else out

@@ -2,7 +2,7 @@
 output element; col2im gathers, so no atomics).  Same layout as ``im2col.py``."""
 import cupy
 
-from commrt.kernels.im2col import check_col, geometry
+from commrt.kernels.im2col_numpy import check_col, geometry
 
 _PARAMS = ("int32 C, int32 H, int32 W, int32 Ho, int32 Wo, int32 kh, int32 kw, "
            "int32 sh, int32 sw, int32 ph, int32 pw, int32 dh, int32 dw")

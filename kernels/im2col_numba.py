@@ -4,7 +4,15 @@ Same layout and geometry as the NumPy reference in ``im2col.py``."""
 import numpy as np
 
 from commrt.kernels._jit import njit, prange
-from commrt.kernels.im2col import check_col, geometry
+from commrt.kernels.im2col_numpy import check_col, geometry
+
+
+@njit(cache=True, inline="always")
+def _valid(n_out, size, stride, offset):
+    """Range [lo, hi) of output indices o with 0 <= o*stride + offset < size."""
+    lo = 0 if offset >= 0 else (-offset + stride - 1) // stride
+    hi = 0 if size - offset <= 0 else min(n_out, (size - 1 - offset) // stride + 1)
+    return lo, max(lo, hi)
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -12,17 +20,16 @@ def _im2col(x, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, col):
     N, C, H, W = x.shape
     for r in prange(C * kh * kw):
         c, i, j = r // (kh * kw), (r // kw) % kh, r % kw
+        h_lo, h_hi = _valid(Ho, H, sh, i * dh - ph)
+        w_lo, w_hi = _valid(Wo, W, sw, j * dw - pw)
+        row = col[r]
+        row[:] = 0
         for n in range(N):
-            for ho in range(Ho):
+            for ho in range(h_lo, h_hi):
                 h = ho * sh - ph + i * dh
-                base = (n * Ho + ho) * Wo
-                if h < 0 or h >= H:
-                    for wo in range(Wo):
-                        col[r, base + wo] = 0
-                    continue
-                for wo in range(Wo):
-                    w = wo * sw - pw + j * dw
-                    col[r, base + wo] = x[n, c, h, w] if 0 <= w < W else 0
+                out = (n * Ho + ho) * Wo
+                for wo in range(w_lo, w_hi):
+                    row[out + wo] = x[n, c, h, wo * sw - pw + j * dw]
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -30,19 +37,18 @@ def _col2im(col, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, out):
     N, C, H, W = out.shape
     for p in prange(N * C):
         n, c = p // C, p % C
-        out[n, c] = 0
+        plane = out[n, c]
+        plane[:] = 0
         for i in range(kh):
+            h_lo, h_hi = _valid(Ho, H, sh, i * dh - ph)
             for j in range(kw):
-                r = (c * kh + i) * kw + j
-                for ho in range(Ho):
+                w_lo, w_hi = _valid(Wo, W, sw, j * dw - pw)
+                row = col[(c * kh + i) * kw + j]
+                for ho in range(h_lo, h_hi):
                     h = ho * sh - ph + i * dh
-                    if h < 0 or h >= H:
-                        continue
                     base = (n * Ho + ho) * Wo
-                    for wo in range(Wo):
-                        w = wo * sw - pw + j * dw
-                        if 0 <= w < W:
-                            out[n, c, h, w] += col[r, base + wo]
+                    for wo in range(w_lo, w_hi):
+                        plane[h, wo * sw - pw + j * dw] += row[base + wo]
 
 
 def im2col(x, kernel_size, stride=1, padding=0, dilation=1):

@@ -2,7 +2,7 @@
 import numpy as np
 
 from commrt.nn import functions as F
-from commrt.kernels.im2col import conv_output_size
+from commrt.kernels.im2col_numpy import conv_output_size
 from commrt.nn.layers import (
     BatchNorm2d, Conv2d, Flatten, Linear, MaxPool2d, Module, ReLU, ResidualBlock, Sequential,
 )

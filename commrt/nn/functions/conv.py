@@ -5,7 +5,8 @@ product ``W @ col`` yields (Cout, N*Ho*Wo), and transposing the view costs
 nothing.  Elementwise layers keep that order, so the gradient that comes
 back is usually CNHW-contiguous too and backward reshapes it without a copy.
 """
-from commrt.kernels.im2col import col2im, geometry, im2col
+from commrt.kernels.im2col import col2im, im2col
+from commrt.kernels.im2col_numpy import geometry
 from commrt.nn.backend import get_array_module
 from commrt.nn.functions._util import as_tensor, pair, require_float, require_same_dtype
 from commrt.nn.tensor import Function
@@ -92,56 +93,73 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1):
                         dilation=pair(dilation, "dilation"))
 
 
-def _planes(x):
-    """(N, C, H, W) -> (N*C, 1, H, W): pooling is a one-channel im2col per plane."""
-    N, C, H, W = x.shape
-    return x.reshape(N * C, 1, H, W)
+def _taps(shape, kernel_size, stride):
+    """For each kernel tap (i, j), the slices of the padded input that it
+    reads for every output pixel: pooling loops over the kh*kw taps, and
+    every pixel of a tap is one strided view, never a Python loop."""
+    (kh, kw), (sh, sw) = kernel_size, stride
+    _, _, _, _, (Ho, Wo) = geometry(shape, kernel_size, stride, 0, 1)
+    return [(slice(None), slice(None), slice(i, i + sh * (Ho - 1) + 1, sh),
+             slice(j, j + sw * (Wo - 1) + 1, sw)) for i in range(kh) for j in range(kw)]
+
+
+def _pad(x, padding, value):
+    ph, pw = padding
+    if not (ph or pw):
+        return x
+    xp = get_array_module(x)
+    return xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+
+
+def _unpad(g, padding):
+    ph, pw = padding
+    return g[:, :, ph:g.shape[2] - ph, pw:g.shape[3] - pw] if (ph or pw) else g
 
 
 class MaxPool2d(Function):
+    """Maximum over each window; the gradient goes to the first maximum."""
+
     def forward(self, x):
         xp = get_array_module(x)
-        planes = _planes(x)
-        k, s, p = self.kernel_size, self.stride, self.padding
-        if p[0] or p[1]:                           # pad with -inf so padding never wins
-            planes = xp.pad(planes, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])),
-                            constant_values=-xp.inf)
-        _, _, _, _, (Ho, Wo) = geometry(planes.shape, k, s, 0, 1)
-        col = im2col(planes, k, s, 0, 1)          # (kh*kw, N*C*Ho*Wo)
-        self.argmax = col.argmax(axis=0)
-        self.shapes = x.shape, planes.shape, col.shape
-        y = col[self.argmax, xp.arange(col.shape[1])]
-        return y.reshape(x.shape[0], x.shape[1], Ho, Wo)
+        padded = _pad(x, self.padding, -xp.inf)      # padding never wins
+        taps = _taps(padded.shape, self.kernel_size, self.stride)
+        y = padded[taps[0]].copy()
+        winner = xp.zeros(y.shape, dtype=xp.int8 if len(taps) < 128 else xp.int32)
+        for t, tap in enumerate(taps[1:], 1):
+            view = padded[tap]
+            better = view > y
+            xp.copyto(y, view, where=better)
+            winner[better] = t
+        self.winner, self.padded_shape = winner, padded.shape
+        return y
 
     def backward(self, gy):
         xp = get_array_module(gy)
-        x_shape, planes_shape, col_shape = self.shapes
-        gcol = xp.zeros(col_shape, dtype=gy.dtype)
-        gcol[self.argmax, xp.arange(col_shape[1])] = gy.reshape(-1)
-        gx = col2im(gcol, planes_shape, self.kernel_size, self.stride, 0, 1)
-        p = self.padding
-        if p[0] or p[1]:
-            gx = gx[:, :, p[0]:planes_shape[2] - p[0], p[1]:planes_shape[3] - p[1]]
-        return (gx.reshape(x_shape),)
+        gx = xp.zeros(self.padded_shape, dtype=gy.dtype)
+        for t, tap in enumerate(_taps(self.padded_shape, self.kernel_size, self.stride)):
+            gx[tap] += xp.where(self.winner == t, gy, 0)
+        return (_unpad(gx, self.padding),)
 
 
 class AvgPool2d(Function):
     """Average over each window, padding counted as zeros."""
 
     def forward(self, x):
-        col = im2col(_planes(x), self.kernel_size, self.stride, self.padding, 1)
-        _, _, _, _, (Ho, Wo) = geometry(x.shape, self.kernel_size, self.stride, self.padding, 1)
-        self.shapes = x.shape, col.shape
-        return col.mean(axis=0).reshape(x.shape[0], x.shape[1], Ho, Wo)
+        padded = _pad(x, self.padding, 0)
+        taps = _taps(padded.shape, self.kernel_size, self.stride)
+        y = padded[taps[0]].copy()
+        for tap in taps[1:]:
+            y += padded[tap]
+        self.padded_shape, self.count = padded.shape, len(taps)
+        return y / y.dtype.type(len(taps))
 
     def backward(self, gy):
         xp = get_array_module(gy)
-        x_shape, col_shape = self.shapes
-        g = gy.reshape(1, -1) / col_shape[0]
-        gcol = xp.broadcast_to(g, col_shape).astype(gy.dtype)
-        N, C, H, W = x_shape
-        gx = col2im(gcol, (N * C, 1, H, W), self.kernel_size, self.stride, self.padding, 1)
-        return (gx.reshape(x_shape),)
+        gx = xp.zeros(self.padded_shape, dtype=gy.dtype)
+        g = gy / gy.dtype.type(self.count)
+        for tap in _taps(self.padded_shape, self.kernel_size, self.stride):
+            gx[tap] += g
+        return (_unpad(gx, self.padding),)
 
 
 def _pool_args(op, x, kernel_size, stride, padding):

@@ -1,0 +1,44 @@
+"""The Numba CUDA im2col/col2im kernels under the CUDA simulator.
+
+The simulator must be chosen before numba.cuda is first imported, so the
+checks run in a fresh interpreter with NUMBA_ENABLE_CUDASIM=1 (tiny shapes:
+the simulator runs every thread in Python)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+CHECK = textwrap.dedent("""
+    import numpy as np
+    import numba
+    assert numba.config.ENABLE_CUDASIM, "not running under the CUDA simulator"
+    from commrt.kernels import im2col_cuda
+    from commrt.kernels.im2col_numpy import col2im_numpy, im2col_numpy
+    from numba import cuda
+    rng = np.random.default_rng(0)
+    cases = [((1, 2, 4, 3), 3, 1, 1, 1), ((2, 1, 5, 5), (2, 3), (2, 1), (1, 0), (1, 2)),
+             ((1, 1, 1, 1), 3, 1, 1, 1)]
+    for shape, k, s, p, d in cases:
+        for dtype in (np.float32, np.float64):
+            x = rng.standard_normal(shape).astype(dtype)
+            col = im2col_cuda.im2col(x, k, s, p, d)
+            np.testing.assert_array_equal(col, im2col_numpy(x, k, s, p, d))
+            g = rng.standard_normal(col.shape).astype(dtype)
+            np.testing.assert_allclose(im2col_cuda.col2im(g, shape, k, s, p, d),
+                                       col2im_numpy(g, shape, k, s, p, d), rtol=1e-6)
+    # device arrays stay on the device, and the dispatcher routes them here
+    from commrt.kernels.im2col import im2col
+    x = rng.standard_normal((1, 1, 3, 3))
+    d_col = im2col(cuda.to_device(x), 2)
+    assert cuda.is_cuda_array(d_col)
+    np.testing.assert_array_equal(d_col.copy_to_host(), im2col_numpy(x, 2))
+    assert im2col_cuda.im2col(np.zeros((0, 1, 3, 3)), 2).shape == (4, 0)
+    print("ok")
+""")
+
+
+def test_cuda_kernels_under_simulator():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    result = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True,
+                            text=True, timeout=100)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
