@@ -23,13 +23,16 @@ The methodology is that of the OSU micro-benchmarks (osu_latency, osu_bw):
 
 Iteration counts scale with the size: the warm-up is timed, and rank 0
 picks the number of timed iterations that fills ``target_s`` seconds
-(bounded), then tells rank 1.  ``iters`` fixes the count instead.
+(bounded), then tells rank 1.  ``iters`` fixes the count instead.  The
+timed iterations run in a few batches, each timed; a run reports the median
+batch (and the best), so a moment of contention moves it little.
 
 Before timing a size, one ping-pong of a pattern checks that the bytes
 arrive intact both ways (outside the timed region): a benchmark of a wrong
 transport is worth nothing.
 """
 import os
+import statistics
 import time
 
 import numpy as np
@@ -156,9 +159,20 @@ def _pick_iters(ops, warm, warm_s, target_s, lo, hi, fixed):
 
 # -- latency -------------------------------------------------------------------
 
-def latency(ops, sizes, target_s=0.1, iters=None, check=True):
-    """{size: µs}: half the ping-pong round trip (rank 0's clock)."""
-    out, counts = {}, {}
+def _batches(n, k):
+    """n iterations split into k batches (as equal as possible, none empty)."""
+    k = max(1, min(k, n))
+    return [n // k + (1 if i < n % k else 0) for i in range(k)]
+
+
+def latency(ops, sizes, target_s=0.1, iters=None, check=True, batches=5):
+    """{size: µs}: half the ping-pong round trip (rank 0's clock).
+
+    The timed iterations run in batches, each timed: the result is the
+    median batch ("latency_us") and the best ("latency_us_best"), so a
+    moment of contention from other processes moves neither far.
+    """
+    out, best, counts = {}, {}, {}
     top = max(sizes)
     sbuf, rbuf = ops.alloc(top), ops.alloc(top)
     send, recv = ops.send, ops.recv
@@ -180,26 +194,29 @@ def latency(ops, sizes, target_s=0.1, iters=None, check=True):
                 send(s, 0, TAG_DATA)
         n = _pick_iters(ops, warm, time.perf_counter() - t0, target_s, 5, 200000, iters)
         barrier(ops)
-        t0 = time.perf_counter()
-        if me == 0:
-            for _ in range(n):
-                send(s, 1, TAG_DATA)
-                recv(r, 1, TAG_DATA)
-        elif me == 1:
-            for _ in range(n):
-                recv(r, 0, TAG_DATA)
-                send(s, 0, TAG_DATA)
-        dt = time.perf_counter() - t0
-        out[size] = dt / (2 * n) * 1e6
+        per = []
+        for k in _batches(n, batches):
+            t0 = time.perf_counter()
+            if me == 0:
+                for _ in range(k):
+                    send(s, 1, TAG_DATA)
+                    recv(r, 1, TAG_DATA)
+            elif me == 1:
+                for _ in range(k):
+                    recv(r, 0, TAG_DATA)
+                    send(s, 0, TAG_DATA)
+            per.append((time.perf_counter() - t0) / (2 * k) * 1e6)
+        out[size] = statistics.median(per)
+        best[size] = min(per)
         counts[size] = n
-    return {"latency_us": out, "latency_iters": counts}
+    return {"latency_us": out, "latency_us_best": best, "latency_iters": counts}
 
 
 # -- bandwidth -----------------------------------------------------------------
 
-def bandwidth(ops, sizes, window=64, target_s=0.1, iters=None, check=True):
-    """{size: MB/s} (10^6 bytes per second), rank 0's clock."""
-    out, counts = {}, {}
+def bandwidth(ops, sizes, window=64, target_s=0.1, iters=None, check=True, batches=3):
+    """{size: MB/s} (10^6 bytes per second), rank 0's clock; median and best batch."""
+    out, best, counts = {}, {}, {}
     top = max(sizes)
     sbuf, rbuf, ack = ops.alloc(top), ops.alloc(top), ops.alloc(8)
     isend, irecv, waitall = ops.isend, ops.irecv, ops.waitall
@@ -227,12 +244,15 @@ def bandwidth(ops, sizes, window=64, target_s=0.1, iters=None, check=True):
         rounds(warm)
         n = _pick_iters(ops, warm, time.perf_counter() - t0, target_s, 2, 20000, iters)
         barrier(ops)
-        t0 = time.perf_counter()
-        rounds(n)
-        dt = time.perf_counter() - t0
-        out[size] = size * window * n / dt / 1e6
+        per = []
+        for k in _batches(n, batches):
+            t0 = time.perf_counter()
+            rounds(k)
+            per.append(size * window * k / (time.perf_counter() - t0) / 1e6)
+        out[size] = statistics.median(per)
+        best[size] = max(per)
         counts[size] = n
-    return {"bw_MBps": out, "bw_iters": counts}
+    return {"bw_MBps": out, "bw_MBps_best": best, "bw_iters": counts}
 
 
 # -- ring (oversubscription) ---------------------------------------------------
@@ -405,6 +425,7 @@ def soak(ops, messages=100000, max_bytes=1 << 20, seed=1234):
                               f"wrong (first/last byte {first}/{last}, expected {v}/{v ^ 0x5A})")
 
     next_mark = sorted(marks)
+    t_start = time.perf_counter()
     while sent < messages:
         if next_mark and sent >= next_mark[0]:
             checkpoints[next_mark.pop(0)] = proc_snapshot()
@@ -443,9 +464,11 @@ def soak(ops, messages=100000, max_bytes=1 << 20, seed=1234):
                     verify(i, ns[i], (v + i) & 0xFF)
             sent += k
         step += 1
+    elapsed = time.perf_counter() - t_start
     barrier(ops)
     checkpoints[sent] = proc_snapshot()
-    return {"soak_messages": sent, "soak_steps": step, "soak_checkpoints": checkpoints,
+    return {"soak_messages": sent, "soak_steps": step, "soak_s": elapsed,
+            "soak_checkpoints": checkpoints,
             "soak_errors": errors}
 
 

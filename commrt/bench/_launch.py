@@ -238,7 +238,8 @@ def _run_commrt_world(n, transport, spec, timeout):
     saved = {k: os.environ.get(k) for k in CHILD_ENV}
     os.environ.update(CHILD_ENV)
     try:
-        with World(n, transport=transport) as world:
+        env = dict(CHILD_ENV, COMMRT_TIMEOUT=str(max(5.0, timeout * 0.8)))
+        with World(n, transport=transport, env=env, timeout=timeout) as world:
             results = world.run(_p2p_commrt.entry, spec, timeout=timeout)
     finally:
         for k, v in saved.items():

@@ -120,7 +120,7 @@ def interleaved(names, rounds, job, log):
     for rnd in range(rounds):
         order = names if rnd % 2 == 0 else list(reversed(names))
         for name in order:
-            rec = {"backend": name, "round": rnd}
+            rec = {"backend": name, "round": rnd, "loadavg_before": _loadavg()}
             try:
                 rec["ranks"], rec["wall_s"] = job(name, rnd)
                 rec["ok"] = True
@@ -128,8 +128,18 @@ def interleaved(names, rounds, job, log):
             except Exception as exc:            # keep measuring the others
                 rec["ok"], rec["error"] = False, f"{type(exc).__name__}: {exc}"
                 log(f"  round {rnd + 1}/{rounds} {name:<13} FAILED: {rec['error']}")
+            rec["loadavg_after"] = _loadavg()
             records.append(rec)
     return records
+
+
+def _loadavg():
+    """The 1-minute load average: other work on the machine shows up here."""
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _samples(records, name, key, size):
@@ -252,7 +262,7 @@ def memory_table(records, names, shm_before, shm_after):
             if rec["backend"] != name:
                 continue
             if not rec["ok"]:
-                rows.append([BACKENDS[name]["label"], "-", "FAILED"] + [""] * 6)
+                rows.append([BACKENDS[name]["label"], "-", "FAILED"] + [""] * 8)
                 continue
             for r in rec["ranks"]:
                 if "soak_checkpoints" not in r:
@@ -265,37 +275,51 @@ def memory_table(records, names, shm_before, shm_after):
                 pre, post = proc.get("before_init"), proc.get("after_init")
                 closed = proc.get("after_close")
                 growth = (end["rss"] - warm["rss"]) / warm["rss"] * 100
-                per_peer = ((post["rss"] - pre["rss"]) / max(1, r["size"] - 1) / mib
-                            if pre and post else None)
+                init_rss = (post["rss"] - pre["rss"]) / mib if pre and post else None
                 fds = "/".join(str(x) for x in (
                     pre["fds"] if pre else "?", post["fds"] if post else "?", warm["fds"],
                     end["fds"], closed["fds"] if closed else "-"))
+                reported = _reported_per_peer(r.get("transport_info"))
                 rows.append([BACKENDS[name]["label"], r["rank"],
-                             fmt_num(per_peer), fmt_num(end["shm_mapped"] / mib),
+                             fmt_num(reported / mib if reported is not None else None),
+                             fmt_num(init_rss), fmt_num(end["shm_mapped"] / mib),
                              fmt_num(warm["rss"] / mib), fmt_num(end["rss"] / mib),
-                             f"{growth:+.1f}%", fds, len(r.get("soak_errors", []))])
+                             f"{growth:+.1f}%", fds, fmt_num(r["soak_messages"] / r["soak_s"]),
+                             len(r.get("soak_errors", []))])
                 summary.setdefault(name, []).append({
-                    "rank": r["rank"], "rss_growth_pct": growth, "init_rss_per_peer_mib": per_peer,
+                    "rank": r["rank"], "rss_growth_pct": growth, "import_init_rss_mib": init_rss,
                     "fds": fds, "checkpoints": cps, "errors": r.get("soak_errors"),
                     "transport_info": r.get("transport_info")})
-                info = r.get("transport_info")
+                info = (r.get("transport_info") or {}).get("memory_info")
                 if info:
-                    notes.append(f"  {name} rank {r['rank']} reports: "
-                                 f"{json.dumps(info, default=repr)[:600]}")
+                    notes.append(f"  {name} rank {r['rank']}: comm.memory_info() = "
+                                 f"{json.dumps(info, default=repr)[:400]}")
                 for e in r.get("soak_errors", []):
                     notes.append(f"  {name} rank {r['rank']} soak error: {e}")
     left = sorted(shm_after - shm_before)
-    headers = ["backend", "rank", "init RSS/peer MiB", "shm mapped MiB", "RSS@10% MiB",
-               "RSS end MiB", "growth", "fds pre/init/10%/end/closed", "errors"]
+    headers = ["backend", "rank", "reported/peer MiB", "import+init RSS MiB", "shm mapped MiB",
+               "RSS@10% MiB",
+               "RSS end MiB", "growth", "fds pre/init/10%/end/closed", "msgs/s", "errors"]
     title = ("memory: soak of mixed messages (0 B-1 MiB; blocking, bidirectional, bursts over 8 "
-             "tags); growth = RSS end vs RSS after 10% (target within 5%)")
+             "tags); growth = RSS end vs RSS after 10% (target within 5%); reported/peer = the "
+             "largest per-peer figure of comm.memory_info() (target <= 8 MiB)")
     text = title + "\n" + table(headers, rows)
     text += f"\n/dev/shm entries left behind: {left if left else 'none'}"
     if notes:
-        text += "\ntransport's own report (comm.memory_info() / comm.stats()):\n" + "\n".join(notes)
+        text += "\n" + "\n".join(notes)
     else:
-        text += "\ntransport's own report: comm.memory_info() / comm.stats() not available"
+        text += "\ncomm.memory_info(): not available"
     return text, summary, left
+
+
+def _reported_per_peer(info):
+    """The largest per-peer byte count in comm.memory_info(), or None."""
+    per = ((info or {}).get("memory_info") or {})
+    per = per.get("per_peer") if isinstance(per, dict) else None
+    if isinstance(per, dict):
+        vals = [v for v in per.values() if isinstance(v, (int, float))]
+        return max(vals) if vals else None
+    return None
 
 
 # -- machine -----------------------------------------------------------------------------
@@ -417,16 +441,17 @@ def _select(args, log):
                 raise SystemExit(f"unknown transport in {args.transports!r}")
         if args.peers:
             names += ["mpi-sm", "mpi-sm-nocma", "mpi-tcp", "gloo"]
-    usable = []
+    usable, missing = [], {}
     for n in names:
         why = availability(n)
         if why:
             log(f"skipping {n}: {why}")
+            missing[n] = why
         else:
             usable.append(n)
     # commrt and its peers side by side: shm group first, then tcp
     order = ["commrt-shm", "mpi-sm", "mpi-sm-nocma", "commrt-tcp", "mpi-tcp", "gloo"]
-    return [n for n in order if n in usable], names
+    return [n for n in order if n in usable], missing
 
 
 def main(argv=None):
@@ -436,7 +461,7 @@ def main(argv=None):
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    names, asked = _select(args, log)
+    names, missing = _select(args, log)
     machine = machine_info()
     _out(f"machine: {machine.get('cpu', '?')}, {machine['cpus']} cores, "
           f"{machine.get('mem_gib', '?')} GiB, {machine['platform']}, Python {machine['python']}"
@@ -447,8 +472,6 @@ def main(argv=None):
     out = {"machine": machine, "args": {k: v for k, v in vars(args).items()},
            "backends": names, "runs": {}, "summary": {}}
     failed = False
-    commrt_asked = [n for n in asked if BACKENDS[n]["kind"] == "commrt"]
-    commrt_missing = [n for n in commrt_asked if n not in names]
 
     tasks = [t for t in ("latency", "bandwidth") if getattr(args, t)]
     if tasks and names:
@@ -502,9 +525,8 @@ def main(argv=None):
             out["summary"]["dev_shm_left"] = left
             failed |= _report_failures(recs)
 
-    if commrt_missing:
-        _out(f"\nnot measured: {', '.join(commrt_missing)} "
-              f"({availability(commrt_missing[0])})")
+    for name, why in missing.items():
+        _out(f"\nnot measured: {name} ({why})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(_launch.jsonable(out), f, indent=1)
