@@ -24,6 +24,6 @@ setup(
         extensions,
         compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False,
                              "cdivision": True, "initializedcheck": False},
-        include_path=["commrt/transport"],
+        include_path=["commrt/transport", "commrt/transport/includes"],
     ),
 )

@@ -17,8 +17,20 @@ sizes.  Where a built-in exception fits, the error also inherits it, so that
 """
 
 
+def _rebuild(cls, args, state):
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
 class CommError(Exception):
     """Base class of every commrt error."""
+
+    def __reduce__(self):
+        # errors cross process boundaries (test worlds, launchers): pickle
+        # them by state, whatever their __init__ takes
+        return _rebuild, (type(self), self.args, self.__dict__)
 
 
 class TransportError(CommError, ConnectionError):

@@ -1,3 +1,674 @@
-# placeholder, replaced by the transport core
-def version():
-    return 0
+# cython: language_level=3
+"""commrt.transport._core: the compiled transport.
+
+One Engine per process and world.  It owns an epoll set, the shared-memory
+and TCP channels to every peer, the matching queues and a progress thread.
+Python hands it connected file descriptors (commrt.transport.connect makes
+and authenticates them) and then only posts requests.
+
+Each entry from Python follows the same three beats: describe the buffer
+(buffer protocol; other kinds are staged by commrt.transport.buffers), take
+the lock without the GIL and post or wait, then turn the C result into a
+Status or an exception.  Files included below, in dependency order:
+
+    structs.pxi   wire header and C structures
+    queues.pxi    matching queues, completion, poisoned contexts
+    shm.pxi       shared-memory rings, doorbells, process_vm_readv
+    tcp.pxi       TCP framing and the receive state machine
+    engine.pxi    message handling, progress, sleeping, progress thread
+"""
+from cpython.buffer cimport (PyBUF_ANY_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release,
+                             PyObject_CheckBuffer, PyObject_GetBuffer)
+from cpython.exc cimport PyErr_CheckSignals
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcpy, memmove, memset, strncpy
+
+from sysdecl cimport *
+
+include "structs.pxi"
+include "queues.pxi"
+include "shm.pxi"
+include "tcp.pxi"
+include "engine.pxi"
+
+ANY_SOURCE = -1
+ANY_TAG = -1
+HEADER_BYTES = HDR_BYTES
+SHM_CONTROL_BYTES = CTL_PAGE
+
+
+def shm_segment_bytes(uint64_t ring_bytes):
+    """Bytes of a shared-memory pair segment with rings of ring_bytes."""
+    return CTL_PAGE + 2 * ring_bytes
+
+
+cdef class Status:
+    """What a completed receive (or send) reports: source, tag, nbytes, meta."""
+    cdef readonly int source
+    cdef readonly int tag
+    cdef readonly object nbytes
+    cdef readonly object meta
+
+    def __init__(self, source, tag, nbytes, meta=0):
+        self.source = source
+        self.tag = tag
+        self.nbytes = nbytes
+        self.meta = meta
+
+    def __iter__(self):
+        return iter((self.source, self.tag, self.nbytes))
+
+    def __eq__(self, other):
+        if isinstance(other, Status):
+            return (self.source, self.tag, self.nbytes, self.meta) == \
+                   (other.source, other.tag, other.nbytes, other.meta)
+        return NotImplemented
+
+    def __hash__(self):
+        return hash((self.source, self.tag, self.nbytes, self.meta))
+
+    def __repr__(self):
+        return f"Status(source={self.source}, tag={self.tag}, nbytes={self.nbytes})"
+
+
+cdef class Request:
+    """A non-blocking operation.  Holds its buffer until it completes.
+
+    wait(timeout=None) -> Status; test() -> bool.  Errors surface in the
+    thread that waits or tests, naming rank, operation and tag."""
+    cdef req_t r
+    cdef Engine eng
+    cdef Py_buffer view
+    cdef bint has_view
+    cdef object keep            # staging buffer for non-host memory
+    cdef object on_done         # copies staged data back (GPU receive)
+    cdef object rank_of         # world rank -> communicator rank (None: identity)
+    cdef object _status
+    cdef object _error
+
+    def __dealloc__(self):
+        if self.has_view:
+            PyBuffer_Release(&self.view)
+            self.has_view = False
+
+    @property
+    def op(self):
+        return "send" if self.r.kind == K_SEND else "recv"
+
+    @property
+    def done(self):
+        return self.r.state >= S_DONE
+
+    def test(self):
+        """True when the operation has finished (raising if it failed)."""
+        if self.r.state < S_DONE:
+            self.eng._test(self)
+        if self.r.state < S_DONE:
+            return False
+        self._finish()
+        return True
+
+    def wait(self, timeout=None):
+        """Block until done, or raise CommTimeoutError after `timeout` seconds
+        (default COMMRT_TIMEOUT)."""
+        if self.r.state < S_DONE:
+            self.eng._wait(self, timeout)
+        return self._finish()
+
+    @property
+    def status(self):
+        return self._finish() if self.r.state >= S_DONE else None
+
+    cdef object _finish(self):
+        if self._status is not None:
+            return self._status
+        if self._error is not None:
+            raise self._error
+        self.eng._sweep()
+        if self.has_view:
+            PyBuffer_Release(&self.view)
+            self.has_view = False
+        if self.r.state == S_ERROR:
+            self._error = self.eng._make_error(self)
+            self.keep = None
+            raise self._error
+        if self.on_done is not None:
+            self.on_done()
+            self.on_done = None
+        self.keep = None
+        src = self.r.st_src if self.r.kind == K_RECV else self.eng.rank
+        if self.rank_of is not None and src >= 0:
+            src = self.rank_of(src)
+        nbytes = self.r.nbytes
+        self._status = Status(src, self.r.st_tag if self.r.kind == K_RECV else self.r.tag,
+                              nbytes, self.r.meta)
+        return self._status
+
+    def __repr__(self):
+        state = {S_NEW: "new", S_PENDING: "pending", S_ACTIVE: "active",
+                 S_DONE: "done", S_ERROR: "failed"}.get(self.r.state, "?")
+        who = f"to {self.r.peer}" if self.r.kind == K_SEND else f"from {self.r.peer}"
+        return f"<Request {self.op} {who} tag={self.r.tag} {self.r.cap} B {state}>"
+
+
+cdef class Engine:
+    """The transport of one rank: channels to every peer, matching, progress.
+
+    Python-visible state (the set of live requests) changes only with the
+    GIL held; the C state only with E.lock held (see engine.pxi)."""
+    cdef eng_t *E
+    cdef set live
+    cdef readonly int rank
+    cdef readonly int size
+    cdef readonly double default_timeout
+    cdef list segments          # (address, length) of mapped pair segments
+    cdef dict reasons
+
+    def __cinit__(self, int rank, int size, *, uint64_t eager_limit=16384, uint64_t chunk=262144,
+                  double spin_us=50.0, bint oversubscribed=False, double timeout=300.0):
+        cdef epoll_event ev
+        cdef pthread_condattr_t ca
+        if size < 1 or rank < 0 or rank >= size:
+            raise ValueError(f"rank {rank} out of range for world size {size}")
+        self.E = <eng_t *>calloc(1, sizeof(eng_t))
+        if self.E == NULL:
+            raise MemoryError()
+        self.E.peers = <peer_t *>calloc(size, sizeof(peer_t))
+        if self.E.peers == NULL:
+            raise MemoryError()
+        self.rank = rank
+        self.size = size
+        self.default_timeout = timeout
+        self.live = set()
+        self.segments = []
+        self.E.rank = rank
+        self.E.size = size
+        self.E.eager_limit = eager_limit
+        self.E.chunk = chunk
+        self.E.spin_ns = <int64_t>(spin_us * 1000.0)
+        self.E.oversub = oversubscribed
+        self.E.next_id = 1
+        pthread_mutex_init(&self.E.lock, NULL)
+        pthread_condattr_init(&ca)
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)
+        pthread_cond_init(&self.E.done_cond, &ca)
+        pthread_cond_init(&self.E.pt_cond, &ca)
+        for i in range(size):
+            self.E.peers[i].rank = i
+            self.E.peers[i].fd = -1
+            self.E.peers[i].peer_efd = -1
+        self.E.epfd = epoll_create1(EPOLL_CLOEXEC)
+        self.E.doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)
+        self.E.kickfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)
+        if self.E.epfd < 0 or self.E.doorbell < 0 or self.E.kickfd < 0:
+            raise OSError(errno, "cannot create epoll/eventfd")
+        ev.events = EPOLLIN
+        ev.data.u64 = (<uint64_t>EV_DOORBELL) << 32
+        epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, self.E.doorbell, &ev)
+        ev.data.u64 = (<uint64_t>EV_KICK) << 32
+        epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, self.E.kickfd, &ev)
+        self.E.peers[rank].kind = P_SELF
+
+    def __dealloc__(self):
+        if self.E != NULL:
+            self._teardown()
+
+    # ------------------------------------------------------------ set-up
+    @property
+    def doorbell_fd(self):
+        """The eventfd shared-memory peers write to wake this rank."""
+        return self.E.doorbell
+
+    @property
+    def eager_limit(self):
+        return self.E.eager_limit
+
+    def add_tcp_peer(self, int rank, int fd):
+        """Adopt a connected, authenticated, non-blocking TCP socket (fd is owned from now on)."""
+        cdef epoll_event ev
+        cdef peer_t *p = self._peer_for_setup(rank)
+        p.kind = P_TCP
+        p.fd = fd
+        p.rxbuf = <char *>malloc(RXBUF_BYTES)
+        if p.rxbuf == NULL:
+            raise MemoryError()
+        ev.events = EPOLLIN | EPOLLRDHUP
+        ev.data.u64 = (<uint64_t>EV_TCP << 32) | <uint64_t>rank
+        if epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, fd, &ev) != 0:
+            raise OSError(errno, f"epoll_ctl for the TCP connection to rank {rank}")
+        p.ev_mask = ev.events
+        p.in_epoll = True
+        self.E.n_tcp += 1
+
+    def add_shm_peer(self, int rank, int memfd, uint64_t ring_bytes, int side, int peer_efd,
+                     int live_fd, int pid, bint cma):
+        """Adopt a shared-memory pair: the memfd segment, the peer's doorbell
+        eventfd, and the Unix socket whose EOF tells that the peer died."""
+        cdef epoll_event ev
+        cdef peer_t *p = self._peer_for_setup(rank)
+        cdef size_t seg_len = CTL_PAGE + 2 * ring_bytes
+        if ring_bytes & (ring_bytes - 1) or ring_bytes < 4 * CTL_PAGE:
+            raise ValueError(f"ring_bytes must be a power of two >= 16 KiB, got {ring_bytes}")
+        cdef void *seg = mmap(NULL, seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)
+        if seg == MAP_FAILED:
+            raise OSError(errno, f"mmap of the shared-memory segment for rank {rank}")
+        close(memfd)
+        self.segments.append((<size_t>seg, seg_len))
+        shm_map(p, <char *>seg, seg_len, side, ring_bytes)
+        p.kind = P_SHM
+        p.peer_efd = peer_efd
+        p.fd = live_fd
+        p.pid = pid
+        p.cma_ok = cma
+        ev.events = EPOLLIN | EPOLLRDHUP
+        ev.data.u64 = (<uint64_t>EV_LIVE << 32) | <uint64_t>rank
+        if epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, live_fd, &ev) != 0:
+            raise OSError(errno, f"epoll_ctl for the liveness socket of rank {rank}")
+        p.in_epoll = True
+        self.E.n_shm += 1
+        if self.E.chunk > ring_bytes // 4:
+            self.E.chunk = ring_bytes // 4
+        if self.E.eager_limit > ring_bytes // 4 - HDR_SPACE:
+            self.E.eager_limit = ring_bytes // 4 - HDR_SPACE
+
+    cdef peer_t *_peer_for_setup(self, int rank) except NULL:
+        if rank < 0 or rank >= self.size or rank == self.rank:
+            raise ValueError(f"peer rank {rank} invalid (world size {self.size}, own rank {self.rank})")
+        if self.E.peers[rank].kind != 0:
+            raise ValueError(f"rank {rank} already has a channel")
+        return &self.E.peers[rank]
+
+    def start(self, bint progress_thread=True):
+        """Check every peer has a channel; start the progress thread."""
+        missing = [i for i in range(self.size) if self.E.peers[i].kind == 0]
+        if missing:
+            raise RuntimeError(f"no channel to ranks {missing}")
+        if progress_thread and not self.E.pt_running:
+            if pthread_create(&self.E.pt, NULL, pt_main, <void *>self.E) != 0:
+                raise OSError(errno, "cannot start the progress thread")
+            self.E.pt_running = True
+
+    def peer_kind(self, int rank):
+        """'self', 'shm' or 'tcp'."""
+        self._check_rank(rank, "rank")
+        return {P_SELF: "self", P_SHM: "shm", P_TCP: "tcp"}.get(self.E.peers[rank].kind, "none")
+
+    # ------------------------------------------------------------ posting
+    cdef int _check_rank(self, int rank, str what) except -1:
+        if rank < 0 or rank >= self.size:
+            raise ValueError(f"{what} {rank} out of range: world size is {self.size}")
+        return 0
+
+    cdef int _describe(self, Request q, object buf, bint writable) except -1:
+        cdef int flags = PyBUF_ANY_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0)
+        if PyObject_CheckBuffer(buf):
+            try:
+                PyObject_GetBuffer(buf, &q.view, flags)
+            except (BufferError, ValueError) as exc:
+                raise ValueError(_buffer_problem(buf, writable, exc)) from None
+            q.has_view = True
+            q.r.buf = <char *>q.view.buf
+            q.r.cap = <uint64_t>q.view.len
+            return 0
+        from commrt.transport.buffers import stage
+        host, back = stage(buf, writable)
+        PyObject_GetBuffer(host, &q.view, flags)
+        q.has_view = True
+        q.r.buf = <char *>q.view.buf
+        q.r.cap = <uint64_t>q.view.len
+        q.keep = host
+        q.on_done = back
+        return 0
+
+    cdef Request _new(self, int kind, object buf, int peer, uint32_t ctx, int tag, uint64_t meta,
+                      object rank_of):
+        if self.E.closed:
+            raise _errors().CommError("the communicator is closed")
+        cdef Request q = Request.__new__(Request)
+        q.eng = self
+        q.rank_of = rank_of
+        q.r.kind = kind
+        q.r.peer = peer
+        q.r.ctx = ctx
+        q.r.tag = tag
+        q.r.meta = meta
+        q.r.err_rank = -1
+        self._describe(q, buf, kind == K_RECV)
+        if kind == K_SEND:
+            q.r.nbytes = q.r.cap
+        q.r.pyobj = <void *>q
+        return q
+
+    cdef void _post(self, Request q, bint wake_progress):
+        cdef eng_t *E = self.E
+        self.live.add(q)
+        with nogil:
+            pthread_mutex_lock(&E.lock)
+            if q.r.kind == K_SEND:
+                post_send(E, &q.r)
+            else:
+                post_recv(E, &q.r)
+            if wake_progress and q.r.state < S_DONE and E.pt_parked and E.drivers == 0:
+                pthread_cond_signal(&E.pt_cond)
+            pthread_mutex_unlock(&E.lock)
+
+    def isend(self, buf, int dst, uint32_t ctx=0, int tag=0, uint64_t meta=0, rank_of=None):
+        """Post a send; returns a Request."""
+        self._check_rank(dst, "dst")
+        if tag < 0:
+            raise ValueError(f"tag must be >= 0, got {tag}")
+        q = self._new(K_SEND, buf, dst, ctx, tag, meta, rank_of)
+        self._post(q, True)
+        return q
+
+    def irecv(self, buf, int src=-1, uint32_t ctx=0, int tag=-1, rank_of=None):
+        """Post a receive (src/tag -1: any); returns a Request."""
+        if src != -1:
+            self._check_rank(src, "src")
+        if tag < -1:
+            raise ValueError(f"tag must be >= 0 or ANY_TAG, got {tag}")
+        q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
+        self._post(q, True)
+        return q
+
+    def send(self, buf, int dst, uint32_t ctx=0, int tag=0, uint64_t meta=0, timeout=None):
+        """Blocking send: returns when buf may be reused."""
+        self._check_rank(dst, "dst")
+        if tag < 0:
+            raise ValueError(f"tag must be >= 0, got {tag}")
+        q = self._new(K_SEND, buf, dst, ctx, tag, meta, None)
+        self._post(q, False)
+        if q.r.state < S_DONE:
+            self._wait(q, timeout)
+        q._finish()
+
+    def recv(self, buf, int src=-1, uint32_t ctx=0, int tag=-1, timeout=None, rank_of=None):
+        """Blocking receive -> Status."""
+        if src != -1:
+            self._check_rank(src, "src")
+        if tag < -1:
+            raise ValueError(f"tag must be >= 0 or ANY_TAG, got {tag}")
+        q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
+        self._post(q, False)
+        if q.r.state < S_DONE:
+            self._wait(q, timeout)
+        return q._finish()
+
+    # ------------------------------------------------------------ waiting
+    cdef int _wait(self, Request q, object timeout) except -1:
+        cdef eng_t *E = self.E
+        cdef int64_t deadline
+        cdef int64_t slice_end
+        cdef double t = self.default_timeout if timeout is None else float(timeout)
+        cdef bint done = False
+        deadline = now_ns() + <int64_t>(t * 1e9)
+        while True:
+            slice_end = now_ns() + 200000000     # check for signals (Ctrl-C) every 200 ms
+            if slice_end > deadline:
+                slice_end = deadline
+            with nogil:
+                done = block(E, &q.r, slice_end)
+            if done:
+                return 0
+            PyErr_CheckSignals()
+            if now_ns() >= deadline:
+                self._sweep()
+                peer = q.r.peer
+                raise _errors().CommTimeoutError(q.op, peer if peer >= 0 else None,
+                                                 q.r.tag if q.r.tag >= 0 else None, t)
+
+    cdef int _test(self, Request q) except -1:
+        cdef eng_t *E = self.E
+        with nogil:
+            pthread_mutex_lock(&E.lock)
+            progress(E, True)
+            pthread_mutex_unlock(&E.lock)
+        return 0
+
+    cdef void _sweep(self):
+        """Forget finished requests (they no longer need the engine to keep them alive)."""
+        cdef eng_t *E = self.E
+        cdef req_t *r
+        cdef req_t *head
+        if E.done_head == NULL:
+            return
+        with nogil:
+            pthread_mutex_lock(&E.lock)
+            head = E.done_head
+            E.done_head = NULL
+            pthread_mutex_unlock(&E.lock)
+        while head != NULL:
+            r = head
+            head = r.done_next
+            r.done_next = NULL
+            self.live.discard(<object>r.pyobj)
+
+    def progress(self):
+        """Drive progress once (for callers that poll)."""
+        cdef eng_t *E = self.E
+        with nogil:
+            pthread_mutex_lock(&E.lock)
+            progress(E, True)
+            pthread_mutex_unlock(&E.lock)
+        self._sweep()
+
+    cdef object _make_error(self, Request q):
+        errors = _errors()
+        cdef int err = q.r.err
+        rank = q.r.err_rank
+        shown = rank
+        if q.rank_of is not None and rank >= 0:
+            try:
+                shown = q.rank_of(rank)
+            except Exception:
+                shown = rank
+        tag = q.r.tag if q.r.tag >= 0 else None
+        if err == E_TRUNC:
+            src = q.r.st_src
+            if q.rank_of is not None and src >= 0:
+                src = q.rank_of(src)
+            return errors.MessageTruncatedError(q.r.err_a, q.r.cap, src, q.r.st_tag)
+        if err == E_ABORTED:
+            return errors.CollectiveMismatchError(self.poison_reason(q.r.ctx) or "context aborted")
+        detail = ""
+        if 0 <= rank < self.size:
+            detail = (<bytes>self.E.peers[rank].reason).decode("utf-8", "replace")
+        if err == E_CLOSED and rank == self.rank:
+            return errors.CommError("the communicator was closed with this operation pending")
+        return errors.PeerLostError(shown, detail, op=q.op, tag=tag)
+
+    # ------------------------------------------------------------ control
+    def abort(self, uint32_t ctx, ranks, reason):
+        """Poison context ctx here and at `ranks`: their receives on it fail
+        with CollectiveMismatchError(reason)."""
+        cdef bytes text = str(reason).encode("utf-8")[:255]
+        cdef char *payload
+        cdef hdr_t h
+        cdef peer_t *p
+        cdef eng_t *E = self.E
+        with nogil:
+            pthread_mutex_lock(&E.lock)
+        try:
+            for rk in ranks:
+                if rk == self.rank or not (0 <= rk < self.size):
+                    continue
+                p = &E.peers[<int>rk]
+                if p.lost:
+                    continue
+                init_hdr(E, &h, OP_ABORT, ctx, 0)
+                h.nbytes = len(text)
+                payload = <char *>malloc(len(text) + 1)
+                memcpy(payload, <char *>text, len(text))
+                if p.kind == P_SHM:
+                    if not enqueue(E, p, &h, payload, len(text), NULL, True, False):
+                        free(payload)
+                else:
+                    if not enqueue(E, p, &h, payload, len(text), NULL, True, False):
+                        free(payload)
+                flush(E, p)
+            poison_ctx(E, ctx, <char *>text, self.rank)
+        finally:
+            pthread_mutex_unlock(&E.lock)
+        self._sweep()
+
+    def poison_reason(self, uint32_t ctx):
+        for i in range(MAX_POISON):
+            if self.E.poison[i].used and self.E.poison[i].ctx == ctx:
+                return (<bytes>self.E.poison[i].reason).decode("utf-8", "replace")
+        return None
+
+    def clear_poison(self, uint32_t ctx):
+        for i in range(MAX_POISON):
+            if self.E.poison[i].used and self.E.poison[i].ctx == ctx:
+                self.E.poison[i].used = False
+
+    def peer_lost(self, int rank):
+        """None if the peer is alive, else why it is not."""
+        self._check_rank(rank, "rank")
+        if not self.E.peers[rank].lost:
+            return None
+        return (<bytes>self.E.peers[rank].reason).decode("utf-8", "replace")
+
+    def stats(self):
+        """Per peer (world rank): payload bytes and messages each way, and header bytes."""
+        out = {}
+        cdef peer_t *p
+        for i in range(self.size):
+            p = &self.E.peers[i]
+            out[i] = {"bytes_sent": p.bytes_sent, "msgs_sent": p.msgs_sent,
+                      "bytes_recv": p.bytes_recv, "msgs_recv": p.msgs_recv,
+                      "header_bytes_sent": p.hdr_sent, "header_bytes_recv": p.hdr_recv,
+                      "transport": self.peer_kind(i)}
+        return out
+
+    def memory_info(self):
+        """Bytes the transport holds: per peer and for unexpected messages."""
+        per_peer = {}
+        for i in range(self.size):
+            p = &self.E.peers[i]
+            n = 0
+            if p.kind == P_SHM:
+                n += p.seg_len
+            elif p.kind == P_TCP:
+                n += RXBUF_BYTES
+            per_peer[i] = n
+        return {"per_peer": per_peer, "unexpected_bytes": self.E.unexp_bytes,
+                "unexpected_messages": self.E.unexp_count, "live_requests": len(self.live)}
+
+    def pending(self):
+        """Number of posted, unfinished requests."""
+        return self.E.outstanding
+
+    def close(self, double linger=2.0):
+        """Say goodbye to every peer, stop the progress thread, free everything.
+
+        Operations still pending fail with CommError.  Idempotent."""
+        cdef eng_t *E = self.E
+        cdef int64_t deadline
+        cdef peer_t *p
+        if E == NULL or E.closed:
+            return
+        with nogil:
+            pthread_mutex_lock(&E.lock)
+            for i in range(E.size):
+                p = &E.peers[i]
+                if (p.kind == P_SHM or p.kind == P_TCP) and p.lost == 0:
+                    send_ctrl(E, p, OP_BYE, 0, 0, 0, 0)
+            deadline = now_ns() + <int64_t>(linger * 1e9)
+            while now_ns() < deadline and _tx_pending(E):
+                progress(E, True)
+                pthread_mutex_unlock(&E.lock)
+                sched_yield()
+                pthread_mutex_lock(&E.lock)
+            E.closed = True
+            pthread_mutex_unlock(&E.lock)
+        self._teardown()
+
+    cdef void _teardown(self):
+        cdef eng_t *E = self.E
+        cdef peer_t *p
+        cdef umsg_t *u
+        cdef req_t *r
+        if E == NULL:
+            return
+        if E.pt_running:
+            with nogil:
+                pthread_mutex_lock(&E.lock)
+                E.pt_stop = True
+                pthread_cond_signal(&E.pt_cond)
+                pthread_mutex_unlock(&E.lock)
+                kick(E)
+                pthread_join(E.pt, NULL)
+            E.pt_running = False
+        with nogil:
+            pthread_mutex_lock(&E.lock)
+            for i in range(E.size):
+                p = &E.peers[i]
+                if p.kind == P_SHM or p.kind == P_TCP:
+                    peer_lost(E, p, E_CLOSED, b"the communicator was closed")
+            while E.posted_head != NULL:
+                r = E.posted_head
+                posted_remove(E, r)
+                fail(E, r, E_CLOSED, E.rank)
+            pthread_mutex_unlock(&E.lock)
+        self._sweep()
+        for i in range(E.size):
+            p = &E.peers[i]
+            if p.fd >= 0:
+                close(p.fd)
+                p.fd = -1
+            if p.peer_efd >= 0:
+                close(p.peer_efd)
+                p.peer_efd = -1
+            if p.rxbuf != NULL:
+                free(p.rxbuf)
+                p.rxbuf = NULL
+        for addr, length in self.segments:
+            munmap(<void *><size_t>addr, <size_t>length)
+        self.segments = []
+        while E.unexp_head != NULL:
+            u = E.unexp_head
+            unexp_remove(E, u)
+            free_umsg(E, u)
+        close(E.epfd)
+        close(E.doorbell)
+        close(E.kickfd)
+        pthread_cond_destroy(&E.done_cond)
+        pthread_cond_destroy(&E.pt_cond)
+        pthread_mutex_destroy(&E.lock)
+        free(E.peers)
+        free(E)
+        self.E = NULL
+
+
+cdef bint _tx_pending(eng_t *E) noexcept nogil:
+    for i in range(E.size):
+        if E.peers[i].txq != NULL and E.peers[i].lost == 0:
+            return True
+    return False
+
+
+def _buffer_problem(buf, writable, exc):
+    """Explain why a buffer was refused, naming the argument."""
+    kind = type(buf).__name__
+    try:
+        m = memoryview(buf)
+    except TypeError:
+        return f"buf: a {kind} does not expose a buffer ({exc})"
+    if not m.contiguous:
+        return f"buf: a non-contiguous {kind} cannot be sent or received in place; pass a contiguous copy (e.g. numpy.ascontiguousarray)"
+    if writable and m.readonly:
+        return f"buf: a read-only {kind} cannot receive data"
+    return f"buf: unusable {kind}: {exc}"
+
+
+_errors_mod = None
+
+
+def _errors():
+    global _errors_mod
+    if _errors_mod is None:
+        import commrt.errors as m
+        _errors_mod = m
+    return _errors_mod

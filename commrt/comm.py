@@ -1,0 +1,328 @@
+"""The Communicator: ranks, point-to-point messages, sub-groups, statistics.
+
+``commrt.init()`` builds the world from the environment; every other
+communicator derives from it (``split``, ``new_group``).  A communicator is
+a group of world ranks plus a context id: messages only match within one
+context, so traffic of different communicators never crosses.  Each
+communicator has a shadow (``_coll``) with its own context for collective
+traffic, so collectives never match user point-to-point messages.
+
+Buffers: anything contiguous with the buffer protocol (NumPy arrays,
+bytearray, memoryview), DLPack, or ``__cuda_array_interface__`` (staged
+through host memory).  Two families: ``send/recv`` move buffers,
+``send_obj/recv_obj`` move pickled objects between authenticated peers.
+"""
+import hashlib
+import pickle
+import threading
+
+import numpy as np
+
+from commrt import config
+from commrt.errors import CommError
+from commrt.transport._core import ANY_SOURCE, ANY_TAG, Request, Status  # noqa: F401
+
+__all__ = ["init", "Communicator", "Request", "Status", "wait_all", "ANY_SOURCE", "ANY_TAG"]
+
+OBJ_INLINE = 4096           # pickles up to this size travel in one message
+
+
+def wait_all(requests, timeout=None):
+    """Wait for every request; returns their Statuses in order.
+
+    Raises the first error after every request has finished or failed, so no
+    buffer is left in use behind the caller's back."""
+    statuses, first_error = [], None
+    for req in requests:
+        try:
+            statuses.append(req.wait(timeout))
+        except CommError as exc:
+            statuses.append(None)
+            if first_error is None:
+                first_error = exc
+    if first_error is not None:
+        raise first_error
+    return statuses
+
+
+class Communicator:
+    """A group of ranks that exchange messages.
+
+    rank, size; send/recv/isend/irecv; send_obj/recv_obj; the collectives
+    (barrier, broadcast, all_reduce, ...; see commrt.collectives); split,
+    new_group; stats; close (also as a context manager)."""
+
+    def __init__(self, engine, world_ranks, ctx, *, hosts, owner=None, parent=None):
+        self._engine = engine
+        self._world = list(world_ranks)
+        self._ctx = ctx
+        self._hosts = list(hosts)             # host id of each world rank
+        self._owner = owner                   # the world's resources (store, server), or None
+        self._parent = parent
+        self._index = {w: i for i, w in enumerate(self._world)}
+        self._identity = self._world == list(range(engine.size))
+        self._rank_of = None if self._identity else self._index.__getitem__
+        self.rank = self._index[engine.rank]
+        self.size = len(self._world)
+        self._coll_comm = None
+        self._derive_lock = threading.Lock()
+        self._closed = False
+        self.state = {}                       # per-communicator state of the collectives layer
+
+    # ------------------------------------------------------------ helpers
+    def _peer(self, r, what):
+        if not isinstance(r, (int, np.integer)) or isinstance(r, bool):
+            raise TypeError(f"{what} must be an int rank, got {type(r).__name__}")
+        if r < 0 or r >= self.size:
+            raise ValueError(f"{what} {r} out of range: communicator size is {self.size}")
+        return self._world[r]
+
+    def _src(self, src):
+        if src == ANY_SOURCE:
+            return ANY_SOURCE
+        return self._peer(src, "src")
+
+    def __repr__(self):
+        return f"<Communicator rank {self.rank} of {self.size}, context {self._ctx:#x}>"
+
+    # ------------------------------------------------------------ point to point
+    def send(self, buf, dst, tag=0, *, timeout=None, meta=0):
+        """Send buf to dst; returns when buf may be reused."""
+        self._engine.send(buf, dst if self._identity and type(dst) is int else self._peer(dst, "dst"),
+                          self._ctx, tag, meta, timeout)
+
+    def recv(self, buf, src=ANY_SOURCE, tag=ANY_TAG, *, timeout=None):
+        """Receive into buf -> Status(source, tag, nbytes)."""
+        if not (self._identity and type(src) is int):
+            src = self._src(src)
+        return self._engine.recv(buf, src, self._ctx, tag, timeout, self._rank_of)
+
+    def isend(self, buf, dst, tag=0, *, meta=0):
+        """Start sending buf to dst -> Request."""
+        return self._engine.isend(buf, self._peer(dst, "dst"), self._ctx, tag, meta, self._rank_of)
+
+    def irecv(self, buf, src=ANY_SOURCE, tag=ANY_TAG):
+        """Start receiving into buf -> Request."""
+        return self._engine.irecv(buf, self._src(src), self._ctx, tag, self._rank_of)
+
+    def send_obj(self, obj, dst, tag=0, *, timeout=None):
+        """Send a picklable object (peers are authenticated, so unpickling is safe)."""
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        head = data[:OBJ_INLINE]
+        self.send(head, dst, tag, timeout=timeout, meta=len(data))
+        if len(data) > OBJ_INLINE:
+            self.send(memoryview(data)[OBJ_INLINE:], dst, tag, timeout=timeout)
+
+    def recv_obj(self, src=ANY_SOURCE, tag=ANY_TAG, *, timeout=None):
+        """Receive an object sent with send_obj."""
+        head = bytearray(OBJ_INLINE)
+        st = self.recv(head, src, tag, timeout=timeout)
+        total = st.meta
+        if total <= OBJ_INLINE:
+            return pickle.loads(memoryview(head)[:total])
+        data = bytearray(total)
+        data[:OBJ_INLINE] = head
+        self.recv(memoryview(data)[OBJ_INLINE:], st.source, st.tag, timeout=timeout)
+        return pickle.loads(data)
+
+    # ------------------------------------------------------------ introspection
+    def stats(self):
+        """Per peer rank: payload bytes and messages sent and received, header bytes."""
+        raw = self._engine.stats()
+        return {i: raw[w] for i, w in enumerate(self._world)}
+
+    def memory_info(self):
+        """Bytes the transport holds per peer rank, and in unexpected messages."""
+        info = self._engine.memory_info()
+        info["per_peer"] = {i: info["per_peer"][w] for i, w in enumerate(self._world)}
+        return info
+
+    def host_of(self, rank):
+        """Host identity of a rank (ranks with the same one share memory)."""
+        return self._hosts[self._peer(rank, "rank")]
+
+    def transport_of(self, rank):
+        """'self', 'shm' or 'tcp': the channel to that rank."""
+        return self._engine.peer_kind(self._peer(rank, "rank"))
+
+    @property
+    def world_ranks(self):
+        return tuple(self._world)
+
+    def world_rank(self, rank):
+        return self._peer(rank, "rank")
+
+    # ------------------------------------------------------------ derived communicators
+    @property
+    def _coll(self):
+        """The same group in its own context, for collective traffic."""
+        if self._coll_comm is None:
+            c = Communicator(self._engine, self._world, self._ctx | 1, hosts=self._hosts, parent=self)
+            c._coll_comm = c
+            c.state = self.state
+            self._coll_comm = c
+        return self._coll_comm
+
+    def _derive(self, ranks, salt):
+        """A communicator over `ranks` (ranks of this one, in their new order).
+
+        Every member calls it with the same arguments; the context id is a
+        hash of (this context, salt, members), so it agrees everywhere
+        without messages.  Non-members get None."""
+        ranks = [int(r) for r in ranks]
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"ranks must be distinct, got {ranks}")
+        world = [self._peer(r, "rank") for r in ranks]
+        if self._engine.rank not in world:
+            return None
+        digest = hashlib.blake2b(repr((self._ctx, salt, world)).encode(), digest_size=4).digest()
+        ctx = int.from_bytes(digest, "little") & 0xFFFFFFFE
+        if ctx in (0, self._ctx & 0xFFFFFFFE):
+            ctx ^= 0x80000000
+        return Communicator(self._engine, world, ctx, hosts=self._hosts, parent=self)
+
+    def _abort(self, reason, ranks=None):
+        """Fail every pending and later receive on this context, here and at `ranks`
+        (default: all), with CollectiveMismatchError(reason)."""
+        targets = range(self.size) if ranks is None else ranks
+        self._engine.abort(self._ctx, [self._world[r] for r in targets], reason)
+
+    # ------------------------------------------------------------ collectives
+    def barrier(self, **kw):
+        return _coll().barrier(self, **kw)
+
+    def broadcast(self, buf, root=0, **kw):
+        return _coll().broadcast(self, buf, root, **kw)
+
+    def reduce(self, buf, root=0, op=None, **kw):
+        return _coll().reduce(self, buf, root, _op(op), **kw)
+
+    def all_reduce(self, buf, op=None, algorithm=None, **kw):
+        return _coll().all_reduce(self, buf, _op(op), algorithm, **kw)
+
+    def all_gather(self, out, buf, **kw):
+        return _coll().all_gather(self, out, buf, **kw)
+
+    def gather(self, buf, out=None, root=0, **kw):
+        return _coll().gather(self, buf, out, root, **kw)
+
+    def scatter(self, out, buf=None, root=0, **kw):
+        return _coll().scatter(self, out, buf, root, **kw)
+
+    def reduce_scatter(self, out, buf, op=None, **kw):
+        return _coll().reduce_scatter(self, out, buf, _op(op), **kw)
+
+    def all_to_all(self, out, buf, **kw):
+        return _coll().all_to_all(self, out, buf, **kw)
+
+    def broadcast_obj(self, obj, root=0, **kw):
+        return _coll().broadcast_obj(self, obj, root, **kw)
+
+    def all_gather_obj(self, obj, **kw):
+        return _coll().all_gather_obj(self, obj, **kw)
+
+    def gather_obj(self, obj, root=0, **kw):
+        return _coll().gather_obj(self, obj, root, **kw)
+
+    def split(self, color, key=None):
+        """Ranks with the same color form a new communicator, ordered by (key, rank)."""
+        return _coll().split(self, color, key)
+
+    def new_group(self, ranks):
+        """A communicator over the given ranks (every rank of this one calls it)."""
+        return _coll().new_group(self, ranks)
+
+    # ------------------------------------------------------------ lifetime
+    def close(self):
+        """Close the world (on the world communicator) or forget this sub-communicator."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owner is not None:
+            self._owner.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _coll():
+    import commrt.collectives as c
+    return c
+
+
+def _op(op):
+    if op is None:
+        from commrt.collectives.ops import SUM
+        return SUM
+    return op
+
+
+class _World:
+    """What the world communicator owns: the engine, the store and maybe its server."""
+
+    def __init__(self, engine, store, server):
+        self.engine, self.store, self.server = engine, store, server
+        self.closed = False
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.engine.close()
+        finally:
+            if self.store is not None:
+                self.store.close()
+            if self.server is not None:
+                self.server.close()
+
+
+_generation = 0
+
+
+def init(*, timeout=None):
+    """Join the job described by the environment and return the world communicator.
+
+    Reads COMMRT_* variables set by commrt-launch, or those of torchrun,
+    OpenMPI's mpirun or Slurm's srun (see docs/launcher.md).  `timeout`
+    bounds the whole bootstrap (default COMMRT_TIMEOUT, at most 300 s)."""
+    global _generation
+    from commrt.rendezvous.bootstrap import from_environment, open_store
+    from commrt.transport.connect import build_engine
+
+    _configure_logging()
+    if timeout is None:
+        timeout = min(config.get("COMMRT_TIMEOUT"), 300.0)
+    info = from_environment()
+    store, server = open_store(info, timeout)
+    try:
+        engine, plan = build_engine(info.rank, info.size, store, info.secret, host_id=info.host_id,
+                                    local_size=info.local_size,
+                                    bind_addr=info.data_addr or config.get("COMMRT_BIND_ADDR"),
+                                    timeout=timeout, generation=_generation)
+    except BaseException:
+        store.close()
+        if server is not None:
+            server.close()
+        raise
+    _generation += 1
+    hosts = [plan.host_of(r) for r in range(info.size)]
+    world = _World(engine, store, server)
+    comm = Communicator(engine, range(info.size), 0, hosts=hosts, owner=world)
+    comm.local_rank, comm.local_size = info.local_rank, info.local_size
+    return comm
+
+
+def _configure_logging():
+    import logging
+
+    log = logging.getLogger("commrt")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("commrt %(levelname)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(config.get("COMMRT_LOG_LEVEL").upper())
+        log.propagate = False

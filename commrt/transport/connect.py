@@ -1,0 +1,293 @@
+"""Build the full mesh of channels for one rank, then hand it to the Engine.
+
+Every pair of ranks gets one channel: shared memory when both run on one
+host (unless COMMRT_TRANSPORT=tcp), TCP otherwise.  Rank r connects to every
+lower rank and accepts every higher one.  Each connection proves it knows
+the job secret (commrt.rendezvous.auth) before anything else is read, then
+says who it is (a hello); only then is it trusted.
+
+Shared-memory pairs meet over an abstract Unix socket (no file): the lower
+rank creates the segment with memfd_create and passes it, with its doorbell
+eventfd, over SCM_RIGHTS; the higher rank answers with its own doorbell.
+The Unix socket stays open: its EOF is how a rank learns that a peer on its
+host died, SIGKILL included.  Nothing is ever named in /dev/shm.
+"""
+import json
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+import uuid
+
+from commrt import config
+from commrt.errors import AuthError, BootstrapError, CommTimeoutError, TransportError
+from commrt.rendezvous import auth
+from commrt.transport import _core
+
+log = logging.getLogger("commrt")
+
+HELLO = struct.Struct("<4sii i")        # magic, rank, pid, kind (0 tcp, 1 shm)
+HELLO_MAGIC = b"CMHI"
+SHM_OFFER = struct.Struct("<4sQ")       # magic, ring bytes
+KIND_TCP, KIND_SHM = 0, 1
+
+
+class MeshPlan:
+    """What each rank published: where to reach it, and on which host it runs."""
+
+    def __init__(self, rank, size, addrs):
+        self.rank, self.size, self.addrs = rank, size, addrs
+
+    def host_of(self, r):
+        return self.addrs[r]["host"]
+
+    def kind_to(self, r, mode):
+        same_host = self.host_of(r) == self.host_of(self.rank)
+        if mode == "tcp" or not same_host:
+            if mode == "shm" and not same_host:
+                raise BootstrapError(f"COMMRT_TRANSPORT=shm but rank {r} runs on another host "
+                                     f"({self.host_of(r)!r})")
+            return KIND_TCP
+        return KIND_SHM
+
+
+def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="127.0.0.1",
+                 timeout=60.0, generation=0):
+    """Connect this rank to every other one and return (started Engine, MeshPlan)."""
+    mode = config.get("COMMRT_TRANSPORT")
+    if mode not in ("auto", "shm", "tcp"):
+        raise ValueError(f"COMMRT_TRANSPORT must be auto, shm or tcp, got {mode!r}")
+    ncpu = len(os.sched_getaffinity(0))
+    oversub = local_size > ncpu
+    spin_us = config.get("COMMRT_SPIN_US")
+    if oversub:
+        spin_us = min(spin_us, 2.0)           # others need the core: back off to sleep fast
+    engine = _core.Engine(rank, size, eager_limit=config.get("COMMRT_EAGER_LIMIT"),
+                          spin_us=spin_us, oversubscribed=oversub,
+                          timeout=config.get("COMMRT_TIMEOUT"))
+    prefix = f"commrt/mesh/{generation}"
+    deadline = time.monotonic() + timeout
+    with _Listeners(bind_addr) as listeners:
+        me = {"host": host_id, "pid": os.getpid(), "tcp": listeners.tcp_addr,
+              "unix": listeners.unix_name.hex()}
+        store.set(f"{prefix}/addr/{rank}", json.dumps(me).encode())
+        addrs = _gather_addresses(store, prefix, rank, size, deadline)
+        plan = MeshPlan(rank, size, addrs)
+        kinds = {r: plan.kind_to(r, mode) for r in range(size) if r != rank}
+        acceptor = _Acceptor(listeners, engine, secret, rank,
+                             {r: kinds[r] for r in range(rank + 1, size)}, deadline)
+        acceptor.start()
+        try:
+            for r in range(rank):
+                _connect(engine, secret, rank, r, kinds[r], addrs[r], deadline)
+            acceptor.join(deadline)
+        except BaseException:
+            acceptor.stop()
+            engine.close(0)
+            raise
+    engine.start(progress_thread=config.get("COMMRT_PROGRESS_THREAD"))
+    return engine, plan
+
+
+def _gather_addresses(store, prefix, rank, size, deadline):
+    keys = [f"{prefix}/addr/{r}" for r in range(size)]
+    try:
+        store.wait(keys, timeout=max(0.1, deadline - time.monotonic()))
+    except CommTimeoutError:
+        missing = [r for r in range(size) if not store.check([keys[r]])]
+        raise BootstrapError(f"rank {rank}: ranks {missing} never joined the job "
+                             f"(waited for their addresses in the store)") from None
+    return {r: json.loads(store.get(keys[r]).decode()) for r in range(size)}
+
+
+class _Listeners:
+    """A TCP listener and an abstract Unix listener, closed after the mesh is built."""
+
+    def __init__(self, bind_addr):
+        self.tcp = socket.socket(socket.AF_INET6 if ":" in bind_addr else socket.AF_INET)
+        self.tcp.bind((bind_addr, 0))
+        self.tcp.listen(128)
+        self.tcp_addr = list(self.tcp.getsockname()[:2])
+        self.unix_name = b"\0commrt-" + uuid.uuid4().hex.encode()
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind(self.unix_name)
+        self.unix.listen(128)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.tcp.close()
+        self.unix.close()
+
+
+class _Acceptor(threading.Thread):
+    """Accepts the higher ranks.  A stranger, or garbage, is logged and dropped:
+    each connection is vetted on its own thread so one cannot stall the rest."""
+
+    def __init__(self, listeners, engine, secret, rank, expected, deadline):
+        super().__init__(name="commrt-acceptor", daemon=True)
+        self.listeners, self.engine, self.secret = listeners, engine, secret
+        self.rank, self.expected, self.deadline = rank, dict(expected), deadline
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.error = None
+        self.stopping = False
+        if not self.expected:
+            self.done.set()
+
+    def run(self):
+        sel = selectors.DefaultSelector()
+        sel.register(self.listeners.tcp, selectors.EVENT_READ)
+        sel.register(self.listeners.unix, selectors.EVENT_READ)
+        try:
+            while not self.done.is_set() and not self.stopping:
+                if time.monotonic() > self.deadline:
+                    break
+                for key, _ in sel.select(timeout=0.1):
+                    try:
+                        conn, _ = key.fileobj.accept()
+                    except OSError:
+                        continue
+                    threading.Thread(target=self._vet, args=(conn,), daemon=True).start()
+        finally:
+            sel.close()
+
+    def _vet(self, conn):
+        try:
+            budget = min(10.0, max(0.1, self.deadline - time.monotonic()))
+            auth.server_handshake(conn, self.secret, budget)
+            conn.settimeout(budget)
+            magic, peer, pid, kind = HELLO.unpack(_recv_exact(conn, HELLO.size))
+            if magic != HELLO_MAGIC:
+                raise AuthError("bad hello after authentication")
+            with self.lock:
+                if self.expected.get(peer) != kind:
+                    raise AuthError(f"unexpected hello from rank {peer} (kind {kind})")
+                del self.expected[peer]
+            if kind == KIND_SHM:
+                _offer_shm(self.engine, conn, self.rank, peer, pid)
+            else:
+                conn.sendall(b"OK")
+                _adopt_tcp(self.engine, peer, conn)
+            with self.lock:
+                if not self.expected:
+                    self.done.set()
+        except (AuthError, OSError, struct.error, ValueError) as exc:
+            log.warning("commrt rank %d: refused a connection: %s", self.rank, exc)
+            conn.close()
+        except BaseException as exc:                      # surfaced by join()
+            self.error = exc
+            conn.close()
+            self.done.set()
+
+    def join(self, deadline):
+        while not self.done.wait(0.05):
+            if time.monotonic() > deadline:
+                self.stop()
+                with self.lock:
+                    missing = sorted(self.expected)
+                raise BootstrapError(f"rank {self.rank}: ranks {missing} never connected")
+        self.stop()
+        if self.error is not None:
+            raise self.error
+
+    def stop(self):
+        self.stopping = True
+        super().join(1.0)
+
+
+def _connect(engine, secret, rank, peer, kind, addr, deadline):
+    """Connect to a lower rank, authenticate, say hello and adopt the channel."""
+    while True:
+        try:
+            if kind == KIND_SHM:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(max(0.1, deadline - time.monotonic()))
+                sock.connect(bytes.fromhex(addr["unix"]))
+            else:
+                host, port = addr["tcp"]
+                sock = socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic()))
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise TransportError(f"rank {rank}: cannot connect to rank {peer} at {addr}: {exc}") from None
+            time.sleep(0.01)
+    try:
+        auth.client_handshake(sock, secret, max(0.1, deadline - time.monotonic()))
+        sock.sendall(HELLO.pack(HELLO_MAGIC, rank, os.getpid(), kind))
+        if kind == KIND_SHM:
+            _accept_shm(engine, sock, rank, peer, addr["pid"])
+        else:
+            if _recv_exact(sock, 2) != b"OK":
+                raise TransportError(f"rank {rank}: rank {peer} refused the TCP channel")
+            _adopt_tcp(engine, peer, sock)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _adopt_tcp(engine, peer, sock):
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+        except OSError:
+            pass
+    sock.setblocking(False)
+    engine.add_tcp_peer(peer, sock.detach())
+
+
+def _offer_shm(engine, conn, rank, peer, peer_pid):
+    """Lower rank: create the pair's segment and pass it with our doorbell."""
+    ring = _ring_bytes()
+    seg = _core.shm_segment_bytes(ring)
+    memfd = os.memfd_create(f"commrt-{rank}-{peer}", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(memfd, seg)
+        socket.send_fds(conn, [SHM_OFFER.pack(b"CMSH", ring)], [memfd, engine.doorbell_fd])
+        _, fds, _, _ = socket.recv_fds(conn, 16, 1)
+        if len(fds) != 1:
+            raise TransportError(f"rank {peer} did not send its doorbell")
+    except BaseException:
+        os.close(memfd)
+        raise
+    _adopt_shm(engine, peer, memfd, ring, 0, fds[0], conn, peer_pid)
+
+
+def _accept_shm(engine, sock, rank, peer, peer_pid):
+    """Higher rank: receive the segment and the peer's doorbell, send ours."""
+    msg, fds, _, _ = socket.recv_fds(sock, SHM_OFFER.size, 2)
+    if len(fds) != 2 or len(msg) != SHM_OFFER.size:
+        for fd in fds:
+            os.close(fd)
+        raise TransportError(f"rank {peer} sent a malformed shared-memory offer")
+    magic, ring = SHM_OFFER.unpack(msg)
+    socket.send_fds(sock, [b"D"], [engine.doorbell_fd])
+    _adopt_shm(engine, peer, fds[0], ring, 1, fds[1], sock, peer_pid)
+
+
+def _adopt_shm(engine, peer, memfd, ring, side, peer_efd, sock, peer_pid):
+    sock.setblocking(False)
+    engine.add_shm_peer(peer, memfd, ring, side, peer_efd, sock.detach(), peer_pid,
+                        config.get("COMMRT_CMA"))
+
+
+def _ring_bytes():
+    ring = config.get("COMMRT_SHM_RING_BYTES")
+    if ring < 16384 or ring & (ring - 1):
+        raise ValueError(f"COMMRT_SHM_RING_BYTES must be a power of two >= 16 KiB, got {ring}")
+    return ring
+
+
+def _recv_exact(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise TransportError("connection closed during the channel handshake")
+        data += chunk
+    return data

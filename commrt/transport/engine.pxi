@@ -1,0 +1,554 @@
+# The engine: message handling, progress, sleeping and the progress thread.
+#
+# Lock and GIL rules (read before changing anything here):
+# - eng_t.lock (a pthread mutex) guards every queue, peer and request.  All
+#   cdef functions in this module run with it held, except block(),
+#   pt_main() and the Engine methods that take it.
+# - None of them touch Python objects; they run without the GIL.  Python
+#   state (the set of live Request objects) is swept by the Engine methods
+#   with the GIL held, from E.done_head.
+# - A waiting caller spins first (driving progress itself, lowest latency),
+#   then sleeps.  At most one thread sleeps in epoll_wait (the "epoller");
+#   others sleep on done_cond.  The progress thread runs only while requests
+#   are outstanding and nobody spins.
+
+cdef enum:
+    MAX_POISON = 32
+    MAX_EVENTS = 64
+
+
+cdef struct eng_t:
+    int rank
+    int size
+    peer_t *peers
+    pthread_mutex_t lock
+    pthread_cond_t done_cond
+    pthread_cond_t pt_cond
+    int epfd
+    int doorbell        # my eventfd: shared-memory peers write it to wake me
+    int kickfd          # eventfd that wakes whoever sleeps in epoll_wait
+    req_t *posted_head
+    req_t *posted_tail
+    umsg_t *unexp_head
+    umsg_t *unexp_tail
+    uint64_t unexp_bytes
+    uint64_t unexp_count
+    req_t *done_head
+    uint64_t next_id
+    int outstanding
+    int drivers
+    int sleepers
+    bint epoller
+    bint epoller_is_waiter
+    bint pt_parked
+    bint pt_stop
+    bint pt_running
+    pthread_t pt
+    uint64_t eager_limit
+    uint64_t chunk
+    int64_t spin_ns
+    bint oversub
+    int n_tcp
+    int n_shm
+    poison_t poison[MAX_POISON]
+    int poison_next
+    bint closed
+
+
+cdef inline void kick(eng_t *E) noexcept nogil:
+    cdef uint64_t one = 1
+    write(E.kickfd, &one, 8)
+
+
+cdef inline void count_sent(peer_t *p, hdr_t *h, uint64_t plen) noexcept nogil:
+    if h.opcode == OP_EAGER or h.opcode == OP_RTS:
+        p.msgs_sent += 1
+        p.bytes_sent += h.nbytes
+
+
+cdef inline void count_recv(peer_t *p, hdr_t *h) noexcept nogil:
+    p.msgs_recv += 1
+    p.bytes_recv += h.nbytes
+
+
+cdef void frame_done(eng_t *E, peer_t *p, frame_t *f) noexcept nogil:
+    """Pop the head frame: it has been fully handed to the channel."""
+    p.txq = f.next
+    if p.txq == NULL:
+        p.txq_tail = NULL
+    if f.req != NULL:
+        complete(E, f.req, E_NONE)
+    if f.owns_payload:
+        free(f.payload)
+    free(f)
+
+
+cdef inline void flush(eng_t *E, peer_t *p) noexcept nogil:
+    if p.kind == P_SHM:
+        shm_flush(E, p)
+    elif p.kind == P_TCP:
+        tcp_flush(E, p)
+
+
+cdef bint enqueue(eng_t *E, peer_t *p, hdr_t *h, char *payload, uint64_t plen,
+                  req_t *r, bint owns, bint chunked) noexcept nogil:
+    cdef frame_t *f = <frame_t *>calloc(1, sizeof(frame_t))
+    if f == NULL:
+        return False
+    memcpy(&f.h, h, sizeof(hdr_t))
+    f.payload = payload
+    f.len = plen
+    f.req = r
+    f.owns_payload = owns
+    f.chunked = chunked
+    if p.txq_tail != NULL:
+        p.txq_tail.next = f
+    else:
+        p.txq = f
+    p.txq_tail = f
+    return True
+
+
+cdef inline void init_hdr(eng_t *E, hdr_t *h, int opcode, uint32_t ctx, int tag) noexcept nogil:
+    memset(h, 0, sizeof(hdr_t))
+    h.magic = HDR_MAGIC
+    h.version = WIRE_VERSION
+    h.opcode = opcode
+    h.src = E.rank
+    h.ctx = ctx
+    h.tag = tag
+
+
+cdef void send_ctrl(eng_t *E, peer_t *p, int opcode, uint32_t ctx, uint64_t cookie,
+                    uint64_t addr, uint64_t meta) noexcept nogil:
+    cdef hdr_t h
+    if p.lost:
+        return
+    init_hdr(E, &h, opcode, ctx, 0)
+    h.cookie = cookie
+    h.addr = addr
+    h.meta = meta
+    if not enqueue(E, p, &h, NULL, 0, NULL, False, False):
+        peer_lost(E, p, E_PEER_LOST, b"out of memory queueing a control frame")
+        return
+    flush(E, p)
+
+
+# ---------------------------------------------------------------- receiving
+
+cdef void start_rendezvous(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
+    """Receive r matched an RTS: copy directly (CMA) or ask for the data (CTS)."""
+    cdef int rc
+    set_status(r, h)
+    if h.nbytes > r.cap:
+        r.err_a = h.nbytes
+        fail(E, r, E_TRUNC, h.src)
+        send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 1)     # sender may reuse its buffer
+        return
+    if p.kind == P_SHM and p.cma_ok:
+        rc = cma_copy(p, r.buf, h.addr, h.nbytes)
+        if rc == 0:
+            complete(E, r, E_NONE)
+            send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 0)
+            return
+        p.cma_ok = False                    # not permitted here: two copies from now on
+    r.state = S_ACTIVE
+    r.moved = 0
+    dlist_push(&p.rxact_head, r)
+    send_ctrl(E, p, OP_CTS, h.ctx, h.cookie, r.id, 0)
+
+
+cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcept nogil:
+    """Handle one arrived message whose payload (if any) is at `payload`.
+
+    TCP passes EAGER, DATA and ABORT payloads through tcp_begin/tcp_end
+    instead; every other opcode comes here from both channels."""
+    cdef req_t *r
+    cdef umsg_t *u
+    cdef int op = h.opcode
+    if op == OP_EAGER:
+        count_recv(p, h)
+        r = match_posted(E, h.ctx, h.src, h.tag)
+        if r != NULL:
+            deliver(E, r, h, payload)
+        else:
+            u = new_umsg(E, h, h.src, True)
+            if u == NULL:
+                peer_lost(E, p, E_PEER_LOST, b"out of memory for an unexpected message")
+                return
+            if h.nbytes:
+                memcpy(u.data, payload, h.nbytes)
+            unexp_append(E, u)
+    elif op == OP_RTS:
+        count_recv(p, h)
+        r = match_posted(E, h.ctx, h.src, h.tag)
+        if r != NULL:
+            start_rendezvous(E, p, r, h)
+        else:
+            u = new_umsg(E, h, h.src, False)
+            if u == NULL:
+                peer_lost(E, p, E_PEER_LOST, b"out of memory for an unexpected message")
+                return
+            unexp_append(E, u)
+    elif op == OP_CTS:
+        r = find_by_id(p.await_head, h.cookie)
+        if r == NULL:
+            peer_lost(E, p, E_PEER_LOST, b"protocol error: CTS for no waiting send")
+            return
+        dlist_remove(&p.await_head, r)
+        r.state = S_ACTIVE
+        send_data(E, p, r, h.addr)
+    elif op == OP_DATA:             # shared-memory chunk
+        r = find_by_id(p.rxact_head, h.cookie)
+        if r == NULL or h.addr + h.nbytes > r.nbytes:
+            peer_lost(E, p, E_PEER_LOST, b"protocol error: DATA for no active receive")
+            return
+        memcpy(r.buf + h.addr, payload, h.nbytes)
+        r.moved += h.nbytes
+        if r.moved >= r.nbytes:
+            dlist_remove(&p.rxact_head, r)
+            complete(E, r, E_NONE)
+    elif op == OP_FIN:
+        r = find_by_id(p.await_head, h.cookie)
+        if r == NULL:
+            peer_lost(E, p, E_PEER_LOST, b"protocol error: FIN for no waiting send")
+            return
+        dlist_remove(&p.await_head, r)
+        complete(E, r, E_NONE)
+    elif op == OP_ABORT:
+        n = h.nbytes if h.nbytes < 255 else 255
+        memcpy(p.abort_text, payload, n)
+        p.abort_text[n] = 0
+        poison_ctx(E, h.ctx, p.abort_text, p.rank)
+    elif op == OP_BYE:
+        peer_lost(E, p, E_CLOSED, b"the peer closed its communicator")
+
+
+cdef void send_data(eng_t *E, peer_t *p, req_t *r, uint64_t recv_id) noexcept nogil:
+    cdef hdr_t h
+    init_hdr(E, &h, OP_DATA, r.ctx, r.tag)
+    h.cookie = recv_id
+    h.nbytes = r.nbytes
+    if not enqueue(E, p, &h, r.buf, r.nbytes, r, False, p.kind == P_SHM):
+        fail(E, r, E_PEER_LOST, p.rank)
+        return
+    flush(E, p)
+
+
+# ---------------------------------------------------------------- posting
+
+cdef void self_send(eng_t *E, req_t *s) noexcept nogil:
+    cdef hdr_t h
+    cdef req_t *r
+    cdef umsg_t *u
+    init_hdr(E, &h, OP_EAGER, s.ctx, s.tag)
+    h.nbytes = s.nbytes
+    h.meta = s.meta
+    h.dtype = s.dtype
+    p = &E.peers[E.rank]
+    count_sent(p, &h, s.nbytes)
+    count_recv(p, &h)
+    r = match_posted(E, s.ctx, E.rank, s.tag)
+    if r != NULL:
+        deliver(E, r, &h, s.buf)
+    else:
+        u = new_umsg(E, &h, E.rank, True)
+        if u == NULL:
+            fail(E, s, E_PEER_LOST, E.rank)
+            return
+        if s.nbytes:
+            memcpy(u.data, s.buf, s.nbytes)
+        unexp_append(E, u)
+    complete(E, s, E_NONE)
+
+
+cdef void post_send(eng_t *E, req_t *r) noexcept nogil:
+    cdef peer_t *p = &E.peers[r.peer]
+    cdef hdr_t h
+    E.outstanding += 1
+    r.state = S_PENDING
+    r.id = E.next_id
+    E.next_id += 1
+    if p.lost:
+        fail(E, r, p.lost, p.rank)
+        return
+    if p.kind == P_SELF:
+        self_send(E, r)
+        return
+    if r.nbytes <= E.eager_limit:
+        init_hdr(E, &h, OP_EAGER, r.ctx, r.tag)
+        h.nbytes = r.nbytes
+        h.meta = r.meta
+        h.dtype = r.dtype
+        if p.txq == NULL and p.kind == P_SHM and shm_put(E, p, &h, r.buf, r.nbytes):
+            count_sent(p, &h, r.nbytes)
+            ring_doorbell(p)
+            complete(E, r, E_NONE)
+            return
+        if not enqueue(E, p, &h, r.buf, r.nbytes, r, False, False):
+            fail(E, r, E_PEER_LOST, p.rank)
+            return
+    else:
+        init_hdr(E, &h, OP_RTS, r.ctx, r.tag)
+        h.nbytes = r.nbytes
+        h.meta = r.meta
+        h.dtype = r.dtype
+        h.cookie = r.id
+        h.addr = <uint64_t><size_t>r.buf
+        dlist_push(&p.await_head, r)
+        if not enqueue(E, p, &h, NULL, 0, NULL, False, False):
+            dlist_remove(&p.await_head, r)
+            fail(E, r, E_PEER_LOST, p.rank)
+            return
+    flush(E, p)
+
+
+cdef void post_recv(eng_t *E, req_t *r) noexcept nogil:
+    cdef umsg_t *u
+    cdef peer_t *p
+    E.outstanding += 1
+    r.state = S_PENDING
+    r.id = E.next_id
+    E.next_id += 1
+    if poisoned(E, r.ctx):
+        fail(E, r, E_ABORTED, -1)
+        return
+    u = match_unexpected(E, r)
+    if u != NULL:
+        if u.partial:                       # TCP payload still arriving
+            u.waiter = r
+            r.state = S_ACTIVE
+            return
+        p = &E.peers[u.src]
+        if u.h.opcode == OP_EAGER:
+            deliver(E, r, &u.h, u.data)
+        else:
+            start_rendezvous(E, p, r, &u.h)
+        free_umsg(E, u)
+        return
+    if r.peer >= 0 and E.peers[r.peer].lost:
+        fail(E, r, E.peers[r.peer].lost, r.peer)
+        return
+    posted_append(E, r)
+
+
+# ---------------------------------------------------------------- failure
+
+cdef void fail_list(eng_t *E, req_t **head, int err, int rank) noexcept nogil:
+    cdef req_t *r
+    while head[0] != NULL:
+        r = head[0]
+        dlist_remove(head, r)
+        fail(E, r, err, rank)
+
+
+cdef void peer_lost(eng_t *E, peer_t *p, int err, const char *reason) noexcept nogil:
+    """The peer died, closed or misbehaved: fail everything that involves it."""
+    cdef frame_t *f
+    cdef req_t *r
+    cdef req_t *nxt
+    cdef umsg_t *u
+    cdef umsg_t *un
+    if p.lost:
+        return
+    p.lost = err
+    strncpy(p.reason, reason, 159)
+    p.reason[159] = 0
+    if p.in_epoll:
+        epoll_ctl(E.epfd, EPOLL_CTL_DEL, p.fd, NULL)
+        p.in_epoll = False
+    while p.txq != NULL:
+        f = p.txq
+        p.txq = f.next
+        if f.req != NULL:
+            fail(E, f.req, err, p.rank)
+        if f.owns_payload:
+            free(f.payload)
+        free(f)
+    p.txq_tail = NULL
+    fail_list(E, &p.await_head, err, p.rank)
+    fail_list(E, &p.rxact_head, err, p.rank)
+    if p.rx_req != NULL:
+        fail(E, p.rx_req, err, p.rank)
+        p.rx_req = NULL
+    if p.rx_umsg != NULL:                   # half-received: never deliver it
+        u = p.rx_umsg
+        p.rx_umsg = NULL
+        if u.waiter != NULL:
+            fail(E, u.waiter, err, p.rank)
+        else:
+            unexp_remove(E, u)
+        free_umsg(E, u)
+    r = E.posted_head
+    while r != NULL:
+        nxt = r.next
+        if r.peer == p.rank or (r.peer < 0 and err == E_PEER_LOST):
+            posted_remove(E, r)
+            fail(E, r, err, p.rank)
+        r = nxt
+
+
+# ---------------------------------------------------------------- progress
+
+cdef void check_live(eng_t *E, peer_t *p) noexcept nogil:
+    """The Unix socket beside a shared-memory peer became readable: EOF = death."""
+    cdef char buf[64]
+    cdef ssize_t n = recv(p.fd, buf, 64, MSG_DONTWAIT)
+    if n == 0 or (n < 0 and errno != EAGAIN and errno != EINTR):
+        shm_rx(E, p)                        # what it wrote before dying is still valid
+        peer_lost(E, p, E_PEER_LOST, b"peer process exited or was killed")
+
+
+cdef void handle_events(eng_t *E, epoll_event *evs, int n) noexcept nogil:
+    cdef int i
+    cdef int kind
+    cdef int rank
+    cdef uint64_t sink
+    cdef peer_t *p
+    for i in range(n):
+        kind = <int>(evs[i].data.u64 >> 32)
+        rank = <int>(evs[i].data.u64 & <uint64_t>0xffffffff)
+        if kind == EV_TCP:
+            p = &E.peers[rank]
+            if p.lost:
+                continue
+            if evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP):
+                tcp_rx(E, p)
+            if not p.lost and (evs[i].events & EPOLLOUT):
+                tcp_flush(E, p)
+        elif kind == EV_LIVE:
+            p = &E.peers[rank]
+            if not p.lost:
+                check_live(E, p)
+        elif kind == EV_DOORBELL:
+            read(E.doorbell, &sink, 8)
+        elif kind == EV_KICK:
+            read(E.kickfd, &sink, 8)
+
+
+cdef int progress(eng_t *E, bint poll_fds) noexcept nogil:
+    """One pass over every channel.  Returns how many records moved (shm)."""
+    cdef int i
+    cdef int n = 0
+    cdef int k
+    cdef peer_t *p
+    cdef epoll_event evs[MAX_EVENTS]
+    if E.n_shm:
+        for i in range(E.size):
+            p = &E.peers[i]
+            if p.kind == P_SHM and p.lost == 0:
+                n += shm_rx(E, p)
+                if p.txq != NULL and p.lost == 0:
+                    shm_flush(E, p)
+    if poll_fds:
+        k = epoll_wait(E.epfd, evs, MAX_EVENTS, 0)
+        if k > 0:
+            handle_events(E, evs, k)
+            n += k
+    return n
+
+
+cdef void arm(eng_t *E, uint32_t value) noexcept nogil:
+    cdef int i
+    cdef peer_t *p
+    for i in range(E.size):
+        p = &E.peers[i]
+        if p.kind == P_SHM and p.lost == 0:
+            st_rel_u32(p.sleep_me, value)
+    fence_seq_cst()
+
+
+cdef void sleep_once(eng_t *E, int64_t deadline, bint waiter) noexcept nogil:
+    """Sleep until something happens or the deadline (lock held on entry and exit)."""
+    cdef int64_t t = now_ns()
+    cdef int64_t cap = 100000000 if waiter else 200000000
+    cdef int64_t wait_ns = deadline - t
+    cdef timespec ts
+    cdef int n
+    cdef epoll_event evs[MAX_EVENTS]
+    if wait_ns <= 0:
+        return
+    if wait_ns > cap:
+        wait_ns = cap
+    if E.epoller:
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        ts.tv_sec += (ts.tv_nsec + wait_ns) // 1000000000
+        ts.tv_nsec = (ts.tv_nsec + wait_ns) % 1000000000
+        E.sleepers += 1
+        pthread_cond_timedwait(&E.done_cond, &E.lock, &ts)
+        E.sleepers -= 1
+        return
+    E.epoller = True
+    E.epoller_is_waiter = waiter
+    arm(E, 1)
+    if progress(E, False) > 0:              # arrived before the flags were up
+        arm(E, 0)
+        E.epoller = False
+        return
+    pthread_mutex_unlock(&E.lock)
+    n = epoll_wait(E.epfd, evs, MAX_EVENTS, <int>((wait_ns + 999999) // 1000000))
+    pthread_mutex_lock(&E.lock)
+    E.epoller = False
+    arm(E, 0)
+    if n > 0:
+        handle_events(E, evs, n)
+    progress(E, False)
+    if E.sleepers > 0:
+        pthread_cond_broadcast(&E.done_cond)
+
+
+cdef bint block(eng_t *E, req_t *r, int64_t deadline) noexcept nogil:
+    """Wait for r until the deadline: spin (driving progress), then sleep."""
+    cdef int64_t t
+    cdef int64_t spin_end
+    cdef unsigned int it = 0
+    cdef int j
+    pthread_mutex_lock(&E.lock)
+    E.drivers += 1
+    spin_end = now_ns() + E.spin_ns
+    while r.state < S_DONE:
+        progress(E, E.n_tcp > 0 or (it & 1023) == 0)
+        if r.state >= S_DONE:
+            break
+        t = now_ns()
+        if t >= spin_end or t >= deadline:
+            break
+        pthread_mutex_unlock(&E.lock)
+        if E.oversub:
+            sched_yield()
+        else:
+            for j in range(8):
+                cpu_relax()
+        pthread_mutex_lock(&E.lock)
+        it += 1
+    E.drivers -= 1
+    while r.state < S_DONE and now_ns() < deadline:
+        sleep_once(E, deadline, True)
+    if E.drivers == 0 and E.outstanding > 0 and E.pt_parked:
+        pthread_cond_signal(&E.pt_cond)
+    t = r.state >= S_DONE
+    pthread_mutex_unlock(&E.lock)
+    return <bint>t
+
+
+cdef void *pt_main(void *arg) noexcept nogil:
+    """The progress thread: moves outstanding requests while nobody waits."""
+    cdef eng_t *E = <eng_t *>arg
+    cdef timespec ts
+    pthread_mutex_lock(&E.lock)
+    while not E.pt_stop:
+        if E.outstanding <= 0 or E.drivers > 0:
+            clock_gettime(CLOCK_MONOTONIC, &ts)
+            ts.tv_nsec += 200000000
+            if ts.tv_nsec >= 1000000000:
+                ts.tv_sec += 1
+                ts.tv_nsec -= 1000000000
+            E.pt_parked = True
+            pthread_cond_timedwait(&E.pt_cond, &E.lock, &ts)
+            E.pt_parked = False
+            continue
+        progress(E, True)
+        if E.outstanding > 0 and E.drivers == 0 and not E.pt_stop:
+            sleep_once(E, now_ns() + 200000000, False)
+    pthread_mutex_unlock(&E.lock)
+    return NULL

@@ -1,0 +1,209 @@
+# Queues and matching.  Every function here runs with the engine lock held.
+#
+# Matching follows MPI: a message matches the first posted receive (in post
+# order) whose (context, source, tag) accept it; a receive matches the first
+# unexpected message (in arrival order) it accepts.  Arrival order per peer is
+# send order, so messages between one pair with the same tag match in the
+# order sent.
+
+cdef inline bint accepts(req_t *r, uint32_t ctx, int src, int tag) noexcept nogil:
+    return r.ctx == ctx and (r.peer < 0 or r.peer == src) and (r.tag < 0 or r.tag == tag)
+
+
+cdef inline void dlist_push(req_t **head, req_t *r) noexcept nogil:
+    # push at the tail of a circular-free doubly linked list kept by head only
+    cdef req_t *t = head[0]
+    r.next = NULL
+    if t == NULL:
+        r.prev = NULL
+        head[0] = r
+        return
+    while t.next != NULL:
+        t = t.next
+    t.next = r
+    r.prev = t
+
+
+cdef inline void dlist_remove(req_t **head, req_t *r) noexcept nogil:
+    if r.prev != NULL:
+        r.prev.next = r.next
+    else:
+        head[0] = r.next
+    if r.next != NULL:
+        r.next.prev = r.prev
+    r.next = NULL
+    r.prev = NULL
+
+
+cdef inline void posted_append(eng_t *E, req_t *r) noexcept nogil:
+    r.next = NULL
+    r.prev = E.posted_tail
+    if E.posted_tail != NULL:
+        E.posted_tail.next = r
+    else:
+        E.posted_head = r
+    E.posted_tail = r
+
+
+cdef inline void posted_remove(eng_t *E, req_t *r) noexcept nogil:
+    if r.prev != NULL:
+        r.prev.next = r.next
+    else:
+        E.posted_head = r.next
+    if r.next != NULL:
+        r.next.prev = r.prev
+    else:
+        E.posted_tail = r.prev
+    r.next = NULL
+    r.prev = NULL
+
+
+cdef inline req_t *match_posted(eng_t *E, uint32_t ctx, int src, int tag) noexcept nogil:
+    cdef req_t *r = E.posted_head
+    while r != NULL:
+        if accepts(r, ctx, src, tag):
+            posted_remove(E, r)
+            return r
+        r = r.next
+    return NULL
+
+
+cdef inline void unexp_append(eng_t *E, umsg_t *u) noexcept nogil:
+    u.next = NULL
+    u.prev = E.unexp_tail
+    if E.unexp_tail != NULL:
+        E.unexp_tail.next = u
+    else:
+        E.unexp_head = u
+    E.unexp_tail = u
+    E.unexp_count += 1
+
+
+cdef inline void unexp_remove(eng_t *E, umsg_t *u) noexcept nogil:
+    if u.prev != NULL:
+        u.prev.next = u.next
+    else:
+        E.unexp_head = u.next
+    if u.next != NULL:
+        u.next.prev = u.prev
+    else:
+        E.unexp_tail = u.prev
+    u.next = NULL
+    u.prev = NULL
+    E.unexp_count -= 1
+
+
+cdef inline umsg_t *match_unexpected(eng_t *E, req_t *r) noexcept nogil:
+    cdef umsg_t *u = E.unexp_head
+    while u != NULL:
+        if accepts(r, u.h.ctx, u.src, u.h.tag):
+            unexp_remove(E, u)
+            return u
+        u = u.next
+    return NULL
+
+
+cdef inline void free_umsg(eng_t *E, umsg_t *u) noexcept nogil:
+    if u.data != NULL:
+        E.unexp_bytes -= u.h.nbytes
+        free(u.data)
+    free(u)
+
+
+cdef umsg_t *new_umsg(eng_t *E, hdr_t *h, int src, bint with_data) noexcept nogil:
+    cdef umsg_t *u = <umsg_t *>calloc(1, sizeof(umsg_t))
+    if u == NULL:
+        return NULL
+    memcpy(&u.h, h, sizeof(hdr_t))
+    u.src = src
+    if with_data and h.nbytes > 0:
+        u.data = <char *>malloc(h.nbytes)
+        if u.data == NULL:
+            free(u)
+            return NULL
+        E.unexp_bytes += h.nbytes
+    return u
+
+
+cdef inline req_t *find_by_id(req_t *head, uint64_t rid) noexcept nogil:
+    while head != NULL:
+        if head.id == rid:
+            return head
+        head = head.next
+    return NULL
+
+
+cdef void complete(eng_t *E, req_t *r, int err) noexcept nogil:
+    """Finish a request: success when err is E_NONE.  Wakes sleepers."""
+    if r.state >= S_DONE:
+        return
+    r.err = err
+    r.state = S_ERROR if err else S_DONE
+    r.done_next = E.done_head
+    E.done_head = r
+    E.outstanding -= 1
+    if E.sleepers > 0:
+        pthread_cond_broadcast(&E.done_cond)
+    if E.epoller and E.epoller_is_waiter:
+        # the waiting thread sleeps in epoll_wait without the lock: wake it
+        kick(E)
+
+
+cdef inline void fail(eng_t *E, req_t *r, int err, int rank) noexcept nogil:
+    r.err_rank = rank
+    complete(E, r, err)
+
+
+cdef inline void set_status(req_t *r, hdr_t *h) noexcept nogil:
+    r.st_src = h.src
+    r.st_tag = h.tag
+    r.nbytes = h.nbytes
+    r.meta = h.meta
+
+
+cdef void deliver(eng_t *E, req_t *r, hdr_t *h, const char *payload) noexcept nogil:
+    """Complete receive r with an eager message whose payload is in memory."""
+    set_status(r, h)
+    if h.nbytes > r.cap:
+        r.err_a = h.nbytes
+        fail(E, r, E_TRUNC, h.src)
+        return
+    if h.nbytes:
+        memcpy(r.buf, payload, h.nbytes)
+    complete(E, r, E_NONE)
+
+
+cdef bint poisoned(eng_t *E, uint32_t ctx) noexcept nogil:
+    cdef int i
+    for i in range(MAX_POISON):
+        if E.poison[i].used and E.poison[i].ctx == ctx:
+            return True
+    return False
+
+
+cdef void poison_ctx(eng_t *E, uint32_t ctx, const char *reason, int from_rank) noexcept nogil:
+    """Mark ctx aborted; fail every receive posted on it, and sends that wait on a peer."""
+    cdef int i = E.poison_next
+    cdef req_t *r
+    cdef req_t *nxt
+    if not poisoned(E, ctx):
+        E.poison[i].used = True
+        E.poison[i].ctx = ctx
+        strncpy(E.poison[i].reason, reason, 255)
+        E.poison[i].reason[255] = 0
+        E.poison_next = (i + 1) % MAX_POISON
+    r = E.posted_head
+    while r != NULL:
+        nxt = r.next
+        if r.ctx == ctx:
+            posted_remove(E, r)
+            fail(E, r, E_ABORTED, from_rank)
+        r = nxt
+    if from_rank >= 0 and from_rank < E.size:
+        r = E.peers[from_rank].await_head
+        while r != NULL:
+            nxt = r.next
+            if r.ctx == ctx:
+                dlist_remove(&E.peers[from_rank].await_head, r)
+                fail(E, r, E_ABORTED, from_rank)
+            r = nxt

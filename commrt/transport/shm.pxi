@@ -1,0 +1,205 @@
+# Shared-memory channels.  Lock held in every function.
+#
+# A pair of ranks on one host shares one memfd segment (no name in /dev/shm,
+# so nothing can be left behind): a 4 KiB control page, then one ring per
+# direction.  Each ring has one producer and one consumer, so head and tail
+# need only acquire/release ordering.  A record is a 64-byte header slot and
+# the payload, padded to 64 bytes; a record never wraps (a PAD record skips
+# to the ring's start).
+#
+# Sleeping: a rank about to block sets its sleep flag in every segment, then
+# re-checks its rings; a producer that publishes, then sees the flag at 1,
+# moves it to 2 and writes the sleeper's eventfd: at most one wake-up per
+# sleep.  txblk says "my records did not fit": the consumer then wakes the
+# producer when it frees space.
+#
+# Large messages: the sender posts an RTS with its buffer's address; the
+# receiver copies straight into the posted buffer with process_vm_readv and
+# answers FIN.  Where that is not permitted, the receiver answers CTS and the
+# sender streams DATA chunks through the ring (two copies, pipelined).
+
+cdef enum:
+    CTL_PAGE = 4096
+    OFF_SLEEP0 = 0
+    OFF_SLEEP1 = 64
+    OFF_TXBLK0 = 128
+    OFF_TXBLK1 = 192
+    OFF_HEAD0 = 256
+    OFF_TAIL0 = 320
+    OFF_HEAD1 = 384
+    OFF_TAIL1 = 448
+
+
+cdef inline uint64_t rec_len(uint64_t plen) noexcept nogil:
+    return (HDR_SPACE + plen + REC_ALIGN - 1) & ~(<uint64_t>REC_ALIGN - 1)
+
+
+cdef inline uint64_t payload_len(hdr_t *h) noexcept nogil:
+    if h.opcode == OP_EAGER or h.opcode == OP_DATA or h.opcode == OP_ABORT or h.opcode == OP_PAD:
+        return h.nbytes
+    return 0
+
+
+cdef void shm_map(peer_t *p, char *seg, size_t seg_len, int side, uint64_t ring_bytes) noexcept nogil:
+    """Point the peer's ring fields into segment `seg`; side 0 is the lower rank."""
+    p.seg = seg
+    p.seg_len = seg_len
+    p.side = side
+    p.ring_bytes = ring_bytes
+    cdef char *r0 = seg + CTL_PAGE
+    cdef char *r1 = seg + CTL_PAGE + ring_bytes
+    if side == 0:
+        p.sleep_me = <volatile uint32_t *>(seg + OFF_SLEEP0)
+        p.sleep_peer = <volatile uint32_t *>(seg + OFF_SLEEP1)
+        p.txblk_me = <volatile uint32_t *>(seg + OFF_TXBLK0)
+        p.txblk_peer = <volatile uint32_t *>(seg + OFF_TXBLK1)
+        p.tx_head = <volatile uint64_t *>(seg + OFF_HEAD0)
+        p.tx_tail = <volatile uint64_t *>(seg + OFF_TAIL0)
+        p.rx_head = <volatile uint64_t *>(seg + OFF_HEAD1)
+        p.rx_tail = <volatile uint64_t *>(seg + OFF_TAIL1)
+        p.tx_data = r0
+        p.rx_data = r1
+    else:
+        p.sleep_me = <volatile uint32_t *>(seg + OFF_SLEEP1)
+        p.sleep_peer = <volatile uint32_t *>(seg + OFF_SLEEP0)
+        p.txblk_me = <volatile uint32_t *>(seg + OFF_TXBLK1)
+        p.txblk_peer = <volatile uint32_t *>(seg + OFF_TXBLK0)
+        p.tx_head = <volatile uint64_t *>(seg + OFF_HEAD1)
+        p.tx_tail = <volatile uint64_t *>(seg + OFF_TAIL1)
+        p.rx_head = <volatile uint64_t *>(seg + OFF_HEAD0)
+        p.rx_tail = <volatile uint64_t *>(seg + OFF_TAIL0)
+        p.tx_data = r1
+        p.rx_data = r0
+
+
+cdef inline void ring_doorbell(peer_t *p) noexcept nogil:
+    """Wake the peer if it sleeps (at most once per sleep)."""
+    cdef uint64_t one = 1
+    fence_seq_cst()
+    if ld_acq_u32(p.sleep_peer) == 1 and cas_u32(p.sleep_peer, 1, 2):
+        write(p.peer_efd, &one, 8)
+
+
+cdef bint shm_put(eng_t *E, peer_t *p, hdr_t *h, const char *payload, uint64_t plen) noexcept nogil:
+    """Write one record if it fits; False when the ring is full."""
+    cdef uint64_t R = p.ring_bytes
+    cdef uint64_t tail = p.tx_tail[0]
+    cdef uint64_t head = ld_acq_u64(p.tx_head)
+    cdef uint64_t rec = rec_len(plen)
+    cdef uint64_t off = tail & (R - 1)
+    cdef uint64_t room = R - off
+    cdef uint64_t pad = room if rec > room else 0
+    cdef hdr_t *ph
+    if rec + pad > R - (tail - head):
+        return False
+    if pad:
+        ph = <hdr_t *>(p.tx_data + off)
+        ph.magic = HDR_MAGIC
+        ph.version = WIRE_VERSION
+        ph.opcode = OP_PAD
+        ph.nbytes = pad - HDR_SPACE
+        tail += pad
+        off = 0
+    h.seq = p.tx_seq
+    p.tx_seq += 1
+    memcpy(p.tx_data + off, h, sizeof(hdr_t))
+    if plen:
+        memcpy(p.tx_data + off + HDR_SPACE, payload, plen)
+    st_rel_u64(p.tx_tail, tail + rec)
+    p.hdr_sent += sizeof(hdr_t)
+    return True
+
+
+cdef void shm_flush(eng_t *E, peer_t *p) noexcept nogil:
+    """Move queued frames into the ring while they fit."""
+    cdef frame_t *f
+    cdef uint64_t n
+    cdef bint wrote = False
+    while p.txq != NULL:
+        f = p.txq
+        if f.chunked:
+            n = f.len - f.off
+            if n > E.chunk:
+                n = E.chunk
+            f.h.nbytes = n
+            f.h.addr = f.off
+            if not shm_put(E, p, &f.h, f.payload + f.off, n):
+                break
+            wrote = True
+            f.off += n
+            if f.off < f.len:
+                continue
+        else:
+            if not shm_put(E, p, &f.h, f.payload, f.len):
+                break
+            wrote = True
+            count_sent(p, &f.h, f.len)
+        frame_done(E, p, f)
+    if p.txq != NULL:
+        st_rel_u32(p.txblk_me, 1)
+    elif p.txblk_me[0]:
+        st_rel_u32(p.txblk_me, 0)
+    if wrote:
+        ring_doorbell(p)
+
+
+cdef int cma_copy(peer_t *p, char *dst, uint64_t addr, uint64_t n) noexcept nogil:
+    """Copy n bytes from the peer's address space; 0 on success, else errno."""
+    cdef iovec loc
+    cdef iovec rem
+    cdef ssize_t got
+    cdef uint64_t done = 0
+    cdef uint64_t step
+    while done < n:
+        step = n - done
+        if step > (<uint64_t>1 << 30):
+            step = <uint64_t>1 << 30
+        loc.iov_base = dst + done
+        loc.iov_len = step
+        rem.iov_base = <void *><size_t>(addr + done)
+        rem.iov_len = step
+        got = process_vm_readv(p.pid, &loc, 1, &rem, 1, 0)
+        if got < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        if got == 0:
+            return EFAULT
+        done += <uint64_t>got
+    return 0
+
+
+cdef int shm_rx(eng_t *E, peer_t *p) noexcept nogil:
+    """Consume every record waiting in the peer's ring; returns how many."""
+    cdef uint64_t R = p.ring_bytes
+    cdef uint64_t head = p.rx_head[0]
+    cdef uint64_t tail = ld_acq_u64(p.rx_tail)
+    cdef uint64_t off
+    cdef hdr_t *h
+    cdef int n = 0
+    while head != tail and p.lost == 0:
+        off = head & (R - 1)
+        h = <hdr_t *>(p.rx_data + off)
+        if h.magic != HDR_MAGIC or h.version != WIRE_VERSION or h.opcode == 0 or h.opcode > OP_MAX:
+            peer_lost(E, p, E_PEER_LOST, b"protocol error: bad record header in shared-memory ring")
+            return n
+        if payload_len(h) > R - off - HDR_SPACE:
+            peer_lost(E, p, E_PEER_LOST, b"protocol error: record overruns the ring")
+            return n
+        if h.opcode != OP_PAD:
+            if h.seq != p.rx_seq or h.src != p.rank:
+                peer_lost(E, p, E_PEER_LOST, b"protocol error: out-of-sequence record")
+                return n
+            p.rx_seq += 1
+            p.hdr_recv += sizeof(hdr_t)
+            on_message(E, p, h, p.rx_data + off + HDR_SPACE)
+        head += rec_len(payload_len(h)) if h.opcode != OP_PAD else HDR_SPACE + h.nbytes
+        st_rel_u64(p.rx_head, head)
+        n += 1
+        if head == tail:
+            tail = ld_acq_u64(p.rx_tail)
+    if n:
+        fence_seq_cst()
+        if ld_acq_u32(p.txblk_peer):
+            ring_doorbell(p)
+    return n

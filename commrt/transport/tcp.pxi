@@ -1,0 +1,211 @@
+# TCP channels.  Lock held in every function.
+#
+# Non-blocking sockets with TCP_NODELAY.  A frame is the header then the
+# payload, written with one writev; partial writes resume where they stopped
+# (EPOLLOUT is watched only while frames wait).  Receiving is a small state
+# machine: read a header (through a staging buffer, so many small messages
+# cost one recv), then its payload, straight into the matched receive buffer
+# when there is one and it is large.
+
+cdef enum:
+    RXBUF_BYTES = 262144
+    HDR_BYTES = 56
+
+
+cdef void tcp_want_out(eng_t *E, peer_t *p, bint want) noexcept nogil:
+    cdef epoll_event ev
+    cdef uint32_t mask = EPOLLIN | EPOLLRDHUP | (EPOLLOUT if want else 0)
+    if p.in_epoll and mask != p.ev_mask:
+        ev.events = mask
+        ev.data.u64 = (<uint64_t>EV_TCP << 32) | <uint64_t>p.rank
+        epoll_ctl(E.epfd, EPOLL_CTL_MOD, p.fd, &ev)
+        p.ev_mask = mask
+
+
+cdef void tcp_flush(eng_t *E, peer_t *p) noexcept nogil:
+    cdef frame_t *f
+    cdef iovec iov[2]
+    cdef int cnt
+    cdef ssize_t n
+    cdef uint64_t total
+    while p.txq != NULL and p.lost == 0:
+        f = p.txq
+        total = HDR_BYTES + f.len
+        cnt = 0
+        if f.off == 0:
+            f.h.seq = p.tx_seq
+            p.tx_seq += 1
+        if f.off < HDR_BYTES:
+            iov[cnt].iov_base = (<char *>&f.h) + f.off
+            iov[cnt].iov_len = HDR_BYTES - f.off
+            cnt += 1
+            if f.len:
+                iov[cnt].iov_base = f.payload
+                iov[cnt].iov_len = f.len
+                cnt += 1
+        else:
+            iov[0].iov_base = f.payload + (f.off - HDR_BYTES)
+            iov[0].iov_len = total - f.off
+            cnt = 1
+        n = writev(p.fd, iov, cnt)
+        if n < 0:
+            if errno == EINTR:
+                continue
+            if errno == EAGAIN:
+                break
+            peer_lost(E, p, E_PEER_LOST, b"connection reset while sending")
+            return
+        f.off += <uint64_t>n
+        if f.off < total:
+            continue
+        p.hdr_sent += HDR_BYTES
+        count_sent(p, &f.h, f.len)
+        frame_done(E, p, f)
+    tcp_want_out(E, p, p.txq != NULL)
+
+
+cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
+    """A whole header is at rx_pos: decide where its payload goes."""
+    cdef hdr_t *h = &p.rx_hdr
+    cdef req_t *r
+    cdef umsg_t *u
+    memcpy(h, p.rxbuf + p.rx_pos, HDR_BYTES)
+    p.rx_pos += HDR_BYTES
+    if h.magic != HDR_MAGIC or h.version != WIRE_VERSION or h.opcode == 0 or h.opcode > OP_MAX \
+            or h.opcode == OP_PAD or h.src != p.rank or h.seq != p.rx_seq:
+        peer_lost(E, p, E_PEER_LOST, b"protocol error: bad frame header on TCP connection")
+        return False
+    p.rx_seq += 1
+    p.hdr_recv += HDR_BYTES
+    p.rx_dst = NULL
+    p.rx_req = NULL
+    p.rx_umsg = NULL
+    p.rx_left = payload_len(h)
+    if h.opcode == OP_EAGER:
+        count_recv(p, h)
+        r = match_posted(E, h.ctx, h.src, h.tag)
+        if r != NULL:
+            set_status(r, h)
+            if h.nbytes > r.cap:
+                r.err_a = h.nbytes
+                fail(E, r, E_TRUNC, h.src)          # payload is read and dropped
+            else:
+                r.state = S_ACTIVE
+                p.rx_req = r
+                p.rx_dst = r.buf
+        else:
+            u = new_umsg(E, h, h.src, True)
+            if u == NULL:
+                peer_lost(E, p, E_PEER_LOST, b"out of memory for an unexpected message")
+                return False
+            u.partial = p.rx_left > 0
+            unexp_append(E, u)
+            p.rx_umsg = u
+            p.rx_dst = u.data
+    elif h.opcode == OP_DATA:
+        r = find_by_id(p.rxact_head, h.cookie)
+        if r == NULL or h.addr + h.nbytes > r.cap:
+            peer_lost(E, p, E_PEER_LOST, b"protocol error: DATA for no active receive")
+            return False
+        p.rx_req = r
+        p.rx_dst = r.buf + h.addr
+    elif h.opcode == OP_ABORT:
+        p.abort_text[0] = 0
+        p.rx_dst = p.abort_text if p.rx_left < 255 else NULL
+    else:
+        on_message(E, p, h, NULL)
+    if p.rx_left == 0 and h.opcode in (OP_EAGER, OP_DATA, OP_ABORT):
+        tcp_end(E, p)
+    else:
+        p.rx_stage = 1 if p.rx_left else 0
+    return True
+
+
+cdef void tcp_end(eng_t *E, peer_t *p) noexcept nogil:
+    """The payload of the current frame has fully arrived."""
+    cdef hdr_t *h = &p.rx_hdr
+    cdef req_t *r = p.rx_req
+    cdef umsg_t *u = p.rx_umsg
+    p.rx_stage = 0
+    p.rx_req = NULL
+    p.rx_umsg = NULL
+    if h.opcode == OP_EAGER:
+        if r != NULL:
+            complete(E, r, E_NONE)
+        elif u != NULL:
+            u.partial = False
+            if u.waiter != NULL:        # a receive matched it while it streamed in
+                r = u.waiter
+                deliver(E, r, &u.h, u.data)
+                free_umsg(E, u)
+    elif h.opcode == OP_DATA:
+        r.moved += h.nbytes
+        if r.moved >= r.nbytes:
+            dlist_remove(&p.rxact_head, r)
+            complete(E, r, E_NONE)
+    elif h.opcode == OP_ABORT:
+        p.abort_text[h.nbytes if h.nbytes < 255 else 255] = 0
+        poison_ctx(E, h.ctx, p.abort_text, p.rank)
+
+
+cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
+    cdef ssize_t n
+    cdef size_t have
+    cdef uint64_t take
+    while p.lost == 0:
+        have = p.rx_end - p.rx_pos
+        if p.rx_stage == 0:
+            if have >= HDR_BYTES:
+                if not tcp_begin(E, p):
+                    return
+                continue
+        else:
+            if have > 0:
+                take = have if have < p.rx_left else p.rx_left
+                if p.rx_dst != NULL:
+                    memcpy(p.rx_dst, p.rxbuf + p.rx_pos, take)
+                    p.rx_dst += take
+                p.rx_pos += take
+                p.rx_left -= take
+                if p.rx_left == 0:
+                    tcp_end(E, p)
+                continue
+            if p.rx_dst != NULL and p.rx_left >= RXBUF_BYTES // 2:
+                # large payload: read straight into its destination
+                n = recv(p.fd, p.rx_dst, p.rx_left, MSG_DONTWAIT)
+                if n > 0:
+                    p.rx_dst += n
+                    p.rx_left -= <uint64_t>n
+                    if p.rx_left == 0:
+                        tcp_end(E, p)
+                    continue
+                if not tcp_rx_error(E, p, n):
+                    return
+                continue
+        # refill the staging buffer
+        if p.rx_pos == p.rx_end:
+            p.rx_pos = 0
+            p.rx_end = 0
+        elif p.rx_pos > RXBUF_BYTES // 2:
+            memmove(p.rxbuf, p.rxbuf + p.rx_pos, p.rx_end - p.rx_pos)
+            p.rx_end -= p.rx_pos
+            p.rx_pos = 0
+        n = recv(p.fd, p.rxbuf + p.rx_end, RXBUF_BYTES - p.rx_end, MSG_DONTWAIT)
+        if n > 0:
+            p.rx_end += <size_t>n
+            continue
+        if not tcp_rx_error(E, p, n):
+            return
+
+
+cdef bint tcp_rx_error(eng_t *E, peer_t *p, ssize_t n) noexcept nogil:
+    """Handle recv() returning n <= 0.  True when the caller should retry."""
+    if n == 0:
+        peer_lost(E, p, E_PEER_LOST, b"connection closed by the peer (process exited or was killed)")
+        return False
+    if errno == EINTR:
+        return True
+    if errno == EAGAIN:
+        return False
+    peer_lost(E, p, E_PEER_LOST, b"connection reset by the peer")
+    return False

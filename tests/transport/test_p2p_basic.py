@@ -1,0 +1,78 @@
+"""Point-to-point over shared memory and TCP between real processes."""
+import numpy as np
+import pytest
+
+from commrt.testing import World
+
+import p2p_ranks as R
+
+SIZES = [0, 1, 7, 64, 4096, 16320, 16384, 16385, 100_000, 1 << 20, 5 << 20 | 3]
+
+
+@pytest.fixture(scope="module", params=["shm", "tcp"])
+def world3(request):
+    with World(3, transport=request.param) as w:
+        yield w
+
+
+@pytest.mark.parametrize("nbytes", SIZES)
+def test_exchange_sizes(world3, nbytes):
+    res = world3.run(R.exchange, nbytes)
+    assert res[0] is None
+    for rank in (1, 2):
+        assert res[rank] == (0, 3, nbytes, True)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int32", "bool", "complex64"])
+def test_exchange_dtypes(world3, dtype):
+    res = world3.run(R.exchange, 40_000, dtype)
+    assert all(r[3] for r in res[1:])
+
+
+@pytest.mark.parametrize("nbytes", [100, 1 << 20])
+def test_truncation_names_both_sizes_and_pair_survives(world3, nbytes):
+    err, after = world3.run(R.truncation, nbytes)[1]
+    assert err[0] == nbytes and err[1] == nbytes // 2
+    assert str(nbytes) in err[2] and str(nbytes // 2) in err[2]
+    assert after == [3] * 10
+
+
+def test_bad_arguments(world3):
+    out = world3.run(R.bad_arguments)[0]
+    assert out["non_contiguous"][0] == "ValueError" and "non-contiguous" in out["non_contiguous"][1]
+    assert out["read_only"][0] == "ValueError" and "read-only" in out["read_only"][1]
+    for key, word in [("dst_range", "dst"), ("dst_negative", "dst"), ("src_range", "src"),
+                      ("negative_tag", "tag")]:
+        assert out[key] is not None and out[key][0] == "ValueError", key
+        assert word in out[key][1], out[key]
+    assert out["not_a_buffer"][0] == "TypeError" and "buf" in out["not_a_buffer"][1]
+
+
+def test_timeout_names_operation_peer_and_tag(world3):
+    msg, took = world3.run(R.timeout_recv)[1]
+    assert "recv" in msg and "rank 0" in msg and "77" in msg
+    assert took < 5
+
+
+def test_stats_count_exact_payload_bytes(world3):
+    sizes = [0, 10, 20000, 3 << 20]
+    res = world3.run(R.stats_exact, sizes)
+    total = sum(sizes)
+    assert res[0]["bytes_sent"] == total and res[0]["msgs_sent"] == len(sizes)
+    assert res[0]["bytes_recv"] == 0 and res[0]["msgs_recv"] == 0
+    assert res[1]["bytes_recv"] == total and res[1]["msgs_recv"] == len(sizes)
+    assert res[1]["bytes_sent"] == 0 and res[1]["msgs_sent"] == 1     # the 0-byte "go"
+
+
+def test_objects(world3):
+    a, big_ok = world3.run(R.objects)[1]
+    assert a == {"small": [1, 2, 3]} and big_ok
+
+
+def test_dlpack_buffers(world3):
+    assert world3.run(R.dlpack_buffers)[1] is True
+
+
+def test_progress_thread_moves_messages_while_caller_sleeps(world3):
+    res = world3.run(R.background_progress, 4 << 20)
+    assert res[0] is True and res[1] is True

@@ -1,0 +1,159 @@
+"""Faults: a peer killed mid-transfer, strangers and garbage at the listeners,
+messages over 2 GiB, and nothing left behind."""
+import logging
+import os
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from commrt.rendezvous.auth import new_secret
+from commrt.rendezvous.store import Store, StoreServer
+from commrt.testing import World
+from commrt.transport.connect import build_engine
+
+import p2p_ranks as R
+
+
+def survivors(comm, nbytes):
+    """Like die_mid_transfer, but returns only on the survivors (rank 2 is killed by the test)."""
+    return R.die_mid_transfer(comm, nbytes)
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("nbytes", [1000, 8 << 20])
+def test_survivors_see_peer_lost_within_deadline(transport, nbytes):
+    w = World(3, transport=transport).start()
+    try:
+        results = _run_without_rank(w, 2, survivors, nbytes)
+    finally:
+        w.close()
+    r0 = results[0]
+    # pending and later operations on the dead rank: PeerLostError naming rank 2, not a timeout
+    assert r0["pending"][0] == 2, r0
+    assert "rank 2" in r0["pending"][1]
+    assert r0["later"][0] == 2, r0
+    assert results[1] == [9, 9, 9, 9]          # the other pair keeps working
+
+
+def _run_without_rank(world, dead, fn, *args):
+    """Run fn on every rank; the `dead` rank kills itself, so collect only the others."""
+    for conn in world._conns:
+        conn.send((fn, args, {}))
+    out = {}
+    import time
+    deadline = time.monotonic() + 30
+    for rank in range(world.size):
+        if rank == dead:
+            continue
+        kind, value = world._receive(rank, deadline)
+        if kind != "ok":
+            world._raise(rank, value)
+        out[rank] = value
+    return out
+
+
+def test_strangers_and_garbage_are_refused_and_job_unaffected(caplog):
+    """While two ranks build their mesh, connections without the secret and
+    random bytes hit rank 0's listeners: refused, logged, and the mesh works."""
+    secret = new_secret()
+    server = StoreServer(secret).start()
+    host, port = server.address
+    engines, errors = {}, []
+    release = threading.Event()
+
+    def rank(r):
+        try:
+            store = Store(host, port, secret, timeout=20)
+            if r == 1:
+                release.wait(20)
+            engines[r] = build_engine(r, 2, store, secret, host_id="h", local_size=2, timeout=20)[0]
+        except BaseException as exc:        # pragma: no cover - reported below
+            errors.append(exc)
+
+    caplog.set_level(logging.WARNING, logger="commrt")
+    logging.getLogger("commrt").propagate = True
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    import json
+    store = Store(host, port, secret, timeout=20)
+    addr = json.loads(store.get("commrt/mesh/0/addr/0", timeout=20))
+    tcp_host, tcp_port = addr["tcp"]
+    with socket.create_connection((tcp_host, tcp_port)) as s:
+        s.sendall(os.urandom(4096))
+    with socket.create_connection((tcp_host, tcp_port)) as s:
+        s.sendall(b"CMRTAUTH" + os.urandom(64))
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(bytes.fromhex(addr["unix"]))
+        s.sendall(os.urandom(100))
+    import time
+    time.sleep(0.5)
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    a, b = engines[0], engines[1]
+    got = np.zeros(4, np.int64)
+    req = b.irecv(got, 0, 0, 1)
+    a.send(np.arange(4, dtype=np.int64), 1, 0, 1)
+    req.wait(5)
+    assert got.tolist() == [0, 1, 2, 3]
+    assert sum("refused" in rec.getMessage() for rec in caplog.records) >= 3
+    a.close()
+    b.close()
+    store.close()
+    server.close()
+
+
+def test_message_over_2_gib_shared_memory():
+    with World(2, transport="shm") as w:
+        nbytes = (2 << 30) + 4096
+        res = w.run(R.big_message, nbytes, timeout=110)
+        assert res[1] == (nbytes, True)
+
+
+@pytest.mark.timeout(200)
+def test_message_over_2_gib_tcp():
+    with World(2, transport="tcp") as w:
+        nbytes = (2 << 30) + 4096
+        res = w.run(R.big_message, nbytes, timeout=180)
+        assert res[1] == (nbytes, True)
+
+
+def fd_count(comm):
+    return len(os.listdir("/proc/self/fd"))
+
+
+def soak(comm, rounds):
+    """Many mixed messages; returns this rank's (fds, rss pages, unexpected msgs) after."""
+    peer = 1 - comm.rank
+    sizes = [0, 8, 1000, 20000, 200000]
+    bufs = {n: np.zeros(n, np.uint8) for n in sizes}
+    for i in range(rounds):
+        n = sizes[i % len(sizes)]
+        reqs = [comm.irecv(bufs[n], peer, i % 3), comm.isend(np.full(n, i % 251, np.uint8), peer, i % 3)]
+        for r in reqs:
+            r.wait(10)
+    info = comm.memory_info()
+    with open("/proc/self/statm") as f:
+        rss = int(f.read().split()[1])
+    return fd_count(comm), rss, info["unexpected_messages"], info["live_requests"]
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_soak_leaves_memory_and_fds_flat(transport):
+    shm_before = _commrt_shm()
+    with World(2, transport=transport) as w:
+        first = w.run(soak, 2000)
+        second = w.run(soak, 8000)
+    for a, b in zip(first, second):
+        assert a[0] == b[0]                          # no descriptor leaked
+        assert b[1] <= a[1] * 1.05 + 256             # resident memory flat (pages)
+        assert b[2] == 0 and b[3] == 0               # nothing stuck in the transport
+    assert _commrt_shm() == shm_before == set()
+
+
+def _commrt_shm():
+    return {name for name in os.listdir("/dev/shm") if "commrt" in name}
