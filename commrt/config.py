@@ -66,6 +66,17 @@ knob("COMMRT_SHM_RING_BYTES", 1 << 20, _size, "Bytes of each shared-memory ring,
 knob("COMMRT_CMA", True, _bool, "Use process_vm_readv (single copy) for large shared-memory messages.")
 knob("COMMRT_SPIN_US", 50.0, float, "Microseconds a waiter spins before it sleeps (shrinks when oversubscribed).")
 knob("COMMRT_PROGRESS_THREAD", True, _bool, "Run a background progress thread for non-blocking operations.")
+# -- kernels and collectives ------------------------------------------------
+knob("COMMRT_KERNEL_PARALLEL_BYTES", 32 << 20, _size,
+     "Arrays from this size up are reduced with Numba's threads (smaller: one thread).")
+knob("COMMRT_ALLREDUCE_ALGO", "", str,
+     "Force an all-reduce algorithm (ring, ps, reduce_bcast, tree, rabenseifner, recursive_doubling, hierarchical); empty: cost model.")
+knob("COMMRT_COST_CACHE", "~/.cache/commrt/cost.json", str,
+     "File caching the measured alpha/beta/gamma per transport (empty: measure every job).")
+knob("COMMRT_RING_SEGMENT_BYTES", 256 << 10, _size,
+     "Segment size of pipelined collectives (ring, tree, chain): reduce one while the next moves.")
+knob("COMMRT_COLL_PROBE_S", 1.0, float,
+     "Seconds a collective waits before probing its peers for a mismatched call (deadlock check).")
 knob("COMMRT_LOG_LEVEL", "WARNING", str, "Logging level of the commrt logger.")
 
 

@@ -8,6 +8,10 @@ commrt`` never pays for Numba.
 _LAZY = {
     # reductions
     "reduce_into": "commrt.kernels.reduce",
+    "reduce_into_many": "commrt.kernels.reduce",
+    "reference_reduce_into": "commrt.kernels.reduce",
+    "scale_into": "commrt.kernels.reduce",
+    "cast_into": "commrt.kernels.reduce",
     # convolution lowering
     "im2col": "commrt.kernels.im2col",
     "col2im": "commrt.kernels.im2col",

@@ -1,0 +1,293 @@
+"""Element-wise reductions, in place: ``reduce_into(dst, src, op)`` is ``dst = dst OP src``.
+
+The collectives call these to combine a received segment with local data;
+they know nothing of communication.  Three twins sit behind one dispatcher,
+chosen by the array's type:
+
+  numpy.ndarray           Numba CPU loops (``reduce_numba``), serial below
+                          ``COMMRT_KERNEL_PARALLEL_BYTES`` and parallel above;
+                          NumPy ufuncs where Numba has no kernel (float16,
+                          mixed dtypes, non-contiguous arrays)
+  cupy.ndarray            CuPy elementwise kernels (``reduce_cupy``)
+  Numba device array      Numba CUDA kernels built per (op, dtype) (``reduce_cuda``)
+
+``reference_reduce_into`` is the NumPy reference every twin is tested against.
+
+Operations are named by string: sum, prod, min, max, land, lor, band, bor,
+bxor (any object whose ``name`` is one of these, upper or lower case, works
+too, e.g. ``commrt.ReduceOp.SUM``).  AVG is not an element-wise operation: a
+collective reduces with sum and finishes with ``scale_into(buf, n)``.
+
+Semantics are NumPy's: integers wrap; MIN/MAX propagate NaN; logical ops
+store 0/1 in the array's dtype; on bool, sum is ``or`` and prod is ``and``;
+bitwise ops reject floats.  Float16 is combined in float32 and rounded once
+per step; ``reduce_into_many`` keeps a float32 accumulator across all its
+sources and rounds once at the end.
+
+Arrays must be the same size; ``dst`` and ``src`` must not partly overlap.
+"""
+import numpy as np
+
+OPS = ("sum", "prod", "min", "max", "land", "lor", "band", "bor", "bxor")
+
+UFUNCS = {
+    "sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+    "land": np.logical_and, "lor": np.logical_or,
+    "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor,
+}
+
+# On bool arrays the arithmetic operations are their logical twins (NumPy's rule).
+_BOOL_ALIAS = {"sum": "lor", "prod": "land", "min": "land", "max": "lor"}
+_FLOAT_OK = frozenset(("sum", "prod", "min", "max", "land", "lor"))
+_COMPLEX_OK = frozenset(("sum", "prod", "land", "lor"))
+
+_ndarray = np.ndarray
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+
+# op spelling -> canonical name; filled on first sight of each spelling.
+_CANON = {name: name for name in OPS}
+
+
+def canonical_op(op):
+    """The canonical kernel name of ``op`` (a string or an object with ``.name``)."""
+    name = _CANON.get(op)
+    if name is not None:
+        return name
+    text = getattr(op, "name", op)
+    if not isinstance(text, str) or text.lower() not in OPS:
+        if isinstance(text, str) and text.lower() == "avg":
+            raise ValueError("avg is not element-wise: reduce with 'sum', then scale_into(buf, n)")
+        raise ValueError(f"unknown reduction {op!r}; expected one of {', '.join(OPS)}")
+    _CANON[op] = text.lower()
+    return _CANON[op]
+
+
+def check_op_dtype(op, dtype):
+    """The kernel op to apply to ``dtype`` for ``op``; TypeError where it has no meaning."""
+    name = canonical_op(op)
+    dt = np.dtype(dtype)
+    kind = dt.kind
+    if kind == "b":
+        return _BOOL_ALIAS.get(name, name)
+    if kind in "iu":
+        return name
+    if kind == "f":
+        if name in _FLOAT_OK:
+            return name
+    elif kind == "c":
+        if name in _COMPLEX_OK:
+            return name
+    raise TypeError(f"reduction {name!r} is not defined for dtype {dt}")
+
+
+# -- NumPy reference -------------------------------------------------------------
+def reference_reduce_into(dst, src, op="sum"):
+    """The oracle: ``dst = dst OP src`` with NumPy ufuncs (float16 computed in float32)."""
+    name = check_op_dtype(op, dst.dtype)
+    ufunc = UFUNCS[name]
+    if dst.dtype == _F16 and name in ("sum", "prod"):
+        acc = dst.astype(np.float32)
+        ufunc(acc, src, out=acc)
+        dst[...] = acc
+    else:
+        ufunc(dst, src, out=dst, casting="unsafe")
+    return dst
+
+
+# -- CPU dispatch ------------------------------------------------------------------
+# Two tables:
+#   _FAST[op as spelled by the caller][dtype]: (serial entry point, parallel
+#          kernel, parallel threshold in elements) for dtypes with Numba
+#          kernels; the hot path of reduce_into (two dict lookups, no tuple).
+#   _SLOW[(op, dtype)]: (canonical op, ufunc) for everything, off the hot path.
+_FAST = {}
+_SLOW = {}
+_par_min = None      # bytes from which the parallel kernels run
+
+
+def _parallel_min_bytes():
+    global _par_min
+    if _par_min is None:
+        from commrt import config
+        from commrt.kernels._jit import numba
+
+        threads = numba.config.NUMBA_NUM_THREADS
+        _par_min = config.get("COMMRT_KERNEL_PARALLEL_BYTES") if threads > 1 else 1 << 62
+    return _par_min
+
+
+def _has_numba_kernel(dtype):
+    # complex: NumPy's loops (Numba's complex product rounds differently)
+    return dtype != _F16 and dtype.kind in "biuf" and dtype.isnative
+
+
+def _slow_plan(op, dtype):
+    plan = _SLOW.get((op, dtype))
+    if plan is None:
+        name = check_op_dtype(op, dtype)
+        plan = _SLOW[(op, dtype)] = (name, UFUNCS[name])
+        if _has_numba_kernel(dtype):
+            from commrt.kernels import reduce_numba as nb
+
+            _FAST.setdefault(op, {})[dtype] = (nb.entry_point(nb.SERIAL[name], dtype), nb.PARALLEL[name],
+                                  _parallel_min_bytes() // dtype.itemsize)
+    return plan
+
+
+def _cpu_reduce_into(dst, src, op, parallel):
+    """Every case the fast path in reduce_into declines: first use of an (op,
+    dtype), float16, mixed dtypes, n-D or strided arrays, subclasses."""
+    name, ufunc = _slow_plan(op, dst.dtype)
+    if not isinstance(src, _ndarray):
+        raise TypeError(f"reduce_into: dst is a numpy array, src is {type(src).__name__}")
+    if src.size != dst.size:
+        raise ValueError(f"reduce_into: dst has {dst.size} elements, src has {src.size}")
+    fast = _FAST.get(op, {}).get(dst.dtype)
+    if fast is None or src.dtype != dst.dtype:
+        # NumPy's loops; float16 sum/prod compute each element in float32 and round once.
+        ufunc(dst, src, out=dst, casting="unsafe")
+        return dst
+    if dst.flags.c_contiguous and src.flags.c_contiguous:
+        d, s = dst.reshape(-1), src.reshape(-1)
+        if parallel or (parallel is None and d.size >= fast[2]):
+            fast[1](d, s)
+        else:
+            fast[0](d, s)
+        return dst
+    ufunc(dst, src, out=dst, casting="unsafe")
+    return dst
+
+
+# -- public API --------------------------------------------------------------------
+def _device_module(a):
+    mod = type(a).__module__
+    if mod.startswith("cupy"):
+        from commrt.kernels import reduce_cupy
+
+        return reduce_cupy
+    if mod.startswith("numba"):
+        from commrt.kernels import reduce_cuda
+
+        return reduce_cuda
+    raise TypeError(f"reduce kernels take numpy, cupy or numba device arrays, not {type(a).__name__}")
+
+
+def reduce_into(dst, src, op="sum", *, parallel=None):
+    """``dst = dst OP src`` element-wise, in place; returns ``dst``.
+
+    ``parallel``: None picks by size (``COMMRT_KERNEL_PARALLEL_BYTES``); False
+    forces the serial loop (a collective whose ranks already fill the cores);
+    True forces Numba's threads.
+    """
+    if type(dst) is _ndarray:
+        table = _FAST.get(op)
+        fast = table.get(dst.dtype) if table is not None else None
+        if fast is not None:
+            try:
+                if dst.ndim == 1 == src.ndim and dst.flags.c_contiguous and src.flags.c_contiguous:
+                    if parallel is None:
+                        (fast[0] if dst.size < fast[2] else fast[1])(dst, src)
+                    elif parallel:
+                        fast[1](dst, src)
+                    else:
+                        fast[0](dst, src)  # checks dtype (TypeError) and size (ValueError)
+                    return dst
+            except (TypeError, AttributeError):  # src of another dtype or not an array
+                pass
+        return _cpu_reduce_into(dst, src, op, parallel)
+    if isinstance(dst, _ndarray):  # subclasses
+        _cpu_reduce_into(dst.view(_ndarray), np.asarray(src), op, parallel)
+        return dst
+    mod = _device_module(dst)
+    mod.reduce_into(dst, src, check_op_dtype(op, dst.dtype))
+    return dst
+
+
+_BLOCK_BYTES = 128 << 10  # per-source block of reduce_into_many: dst block stays in L2
+
+
+def reduce_into_many(dst, srcs, op="sum", *, parallel=None):
+    """``dst = dst OP srcs[0] OP srcs[1] ...``, in place; returns ``dst``.
+
+    Works block by block so each block of ``dst`` is read and written once
+    however many sources there are.  Float16 sum and prod keep a float32
+    accumulator across all the sources and round once at the end.
+    """
+    srcs = list(srcs)
+    if not srcs:
+        return dst
+    for s in srcs:
+        if s.size != dst.size:
+            raise ValueError(f"reduce_into_many: dst has {dst.size} elements, a source has {s.size}")
+    if type(dst) is not _ndarray and not isinstance(dst, _ndarray):
+        mod = _device_module(dst)
+        name = check_op_dtype(op, dst.dtype)
+        if dst.dtype == _F16 and name in ("sum", "prod"):
+            acc, tmp = mod.empty(dst.size, np.float32), mod.empty(dst.size, np.float32)
+            mod.cast_into(acc, dst)
+            for s in srcs:
+                mod.cast_into(tmp, s)
+                mod.reduce_into(acc, tmp, name)
+            mod.cast_into(dst, acc)
+        else:
+            for s in srcs:
+                mod.reduce_into(dst, s, name)
+        return dst
+    name = check_op_dtype(op, dst.dtype)
+    d = dst.reshape(-1)
+    ss = [s.reshape(-1) for s in srcs]
+    n = d.size
+    if d.dtype == _F16 and name in ("sum", "prod"):
+        ufunc = UFUNCS[name]
+        step = _BLOCK_BYTES // 4
+        acc = np.empty(min(step, n), np.float32)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            a = acc[: hi - lo]
+            a[...] = d[lo:hi]
+            for s in ss:
+                ufunc(a, s[lo:hi], out=a)
+            d[lo:hi] = a
+        return dst
+    step = max(1, _BLOCK_BYTES // d.itemsize)
+    if n <= step or (parallel is not False and d.nbytes >= _parallel_min_bytes()):
+        for s in ss:
+            reduce_into(d, s, name, parallel=parallel)
+        return dst
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        blk = d[lo:hi]
+        for s in ss:
+            reduce_into(blk, s[lo:hi], name, parallel=False)
+    return dst
+
+
+def scale_into(buf, n):
+    """Finish an average: ``buf /= n`` in place (floor division for integers)."""
+    kind = np.dtype(buf.dtype).kind
+    if kind == "b":
+        raise TypeError("avg is not defined for bool")
+    if kind not in "iufc":
+        raise TypeError(f"avg is not defined for dtype {buf.dtype}")
+    if n == 1:
+        return buf
+    if isinstance(buf, _ndarray):
+        if kind in "iu":
+            np.floor_divide(buf, n, out=buf)
+        else:
+            np.true_divide(buf, n, out=buf)
+        return buf
+    _device_module(buf).scale_into(buf, n)
+    return buf
+
+
+def cast_into(dst, src):
+    """Copy ``src`` into ``dst`` converting the dtype (e.g. a float32 accumulator to float16)."""
+    if dst.size != src.size:
+        raise ValueError(f"cast_into: dst has {dst.size} elements, src has {src.size}")
+    if isinstance(dst, _ndarray):
+        np.copyto(dst.reshape(-1), np.asarray(src).reshape(-1), casting="unsafe")
+        return dst
+    _device_module(dst).cast_into(dst, src)
+    return dst
