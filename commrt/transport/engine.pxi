@@ -507,7 +507,8 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline) noexcept nogil:
     E.drivers += 1
     spin_end = now_ns() + E.spin_ns
     while r.state < S_DONE:
-        progress(E, E.n_tcp > 0 or (it & 1023) == 0)
+        # fds (TCP data, a shm peer's death) every pass with TCP peers, else now and then
+        progress(E, E.n_tcp > 0 or (it & 1023) == 1023)
         if r.state >= S_DONE:
             break
         t = now_ns()
