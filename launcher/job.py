@@ -18,6 +18,7 @@ process the rank left behind.
 """
 import ctypes
 import os
+import re
 import selectors
 import signal
 import socket
@@ -35,7 +36,9 @@ from commrt.rendezvous.store import StoreServer
 
 _PR_SET_PDEATHSIG = 1
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_LOST_PEER = re.compile(r"PeerLostError: lost peer rank (\d+)")
 _DRAIN_S = 1.0           # after the last rank exits, wait this long for its pipes to close
+_BLAME_WAIT_S = 0.5      # how long a lost peer's own exit may lag behind its victims'
 _LAUNCHER_KNOBS = ("COMMRT_",)  # forwarded to remote ranks from our own environment
 
 
@@ -233,7 +236,7 @@ class Job:
                     self._on_signals(wake_r)
                 else:
                     self._on_readable(sel, key.data)
-            self._reap()
+            self._reap(sel)
             now = time.monotonic()
             if deadline is not None and now >= deadline and self.stop_reason is None:
                 self._stop(f"the job ran past --timeout {self.spec.timeout:g} s", signal.SIGTERM,
@@ -264,34 +267,75 @@ class Job:
                 self.kill_at = None
 
     def _on_readable(self, sel, fd):
+        """Read once from a rank's pipe; False when nothing more is there now."""
         r, stream, pipe = self.pipes[fd]
         try:
             data = os.read(fd, 1 << 16)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b""
         if data:
             self.router.feed(r.rank, stream, data)
-            return
+            return True
         sel.unregister(fd)
         self.router.finish(r.rank, stream)
         pipe.close()
         del self.pipes[fd]
+        return False
 
     def _alive(self):
         return any(r.returncode is None for r in self.ranks)
 
-    def _reap(self):
-        for r in self.ranks:
-            if r.returncode is None and r.proc.poll() is not None:
-                r.returncode = r.proc.returncode
-                self._kill_group(r, signal.SIGKILL)  # whatever the rank left behind
-                if r.returncode != 0 and self.failed is None and self.stop_reason is None:
-                    self.failed = r
-                    code = r.returncode if r.returncode > 0 else 128 - r.returncode
-                    self._stop(f"rank {r.rank} {describe_exit(r.returncode)}", signal.SIGTERM,
-                               code=code)
+    def _reap(self, sel):
+        ended = [r for r in self.ranks if r.returncode is None and r.proc.poll() is not None]
+        for r in ended:
+            r.returncode = r.proc.returncode
+            self._kill_group(r, signal.SIGKILL)  # whatever the rank left behind
+            self._drain(sel, r)  # its last words, before we judge who failed first
+        failures = [r for r in ended if r.returncode != 0]
+        if failures and self.failed is None and self.stop_reason is None:
+            failures += self._blamed_peers(sel, failures)
+            r = self.failed = self._root_cause(failures)
+            code = r.returncode if r.returncode > 0 else 128 - r.returncode
+            self._stop(f"rank {r.rank} {describe_exit(r.returncode)}", signal.SIGTERM, code=code)
+
+    def _blamed_peers(self, sel, failures):
+        """Peers that failed ranks say they lost but that we have not seen end
+        yet: their exit may still be on its way to us, so wait for it briefly."""
+        blamed = []
+        for r in failures:
+            for line in self.router.tail(r.rank):
+                m = _LOST_PEER.search(line)
+                peer = self.ranks[int(m.group(1))] if m and int(m.group(1)) < len(self.ranks) else None
+                if peer is None or peer.returncode is not None or peer in blamed:
+                    continue
+                try:
+                    peer.returncode = peer.proc.wait(_BLAME_WAIT_S)
+                except Exception:  # noqa: BLE001 - still running: it is not the cause
+                    continue
+                self._kill_group(peer, signal.SIGKILL)
+                self._drain(sel, peer)
+                if peer.returncode != 0:
+                    blamed.append(peer)
+        return blamed
+
+    def _root_cause(self, failures):
+        """Of ranks found dead together, the one the others blame: a rank that
+        failed because it lost a peer says so (PeerLostError names the peer)."""
+        failed = {r.rank: r for r in failures}
+        for r in failures:
+            for line in reversed(self.router.tail(r.rank)):
+                m = _LOST_PEER.search(line)
+                if m and int(m.group(1)) in failed and int(m.group(1)) != r.rank:
+                    return failed[int(m.group(1))]
+        return failures[0]
+
+    def _drain(self, sel, r):
+        for fd, (owner, _, _) in list(self.pipes.items()):
+            if owner is r:
+                while fd in self.pipes and self._on_readable(sel, fd):
+                    pass
 
     # -- stopping
     def _stop(self, reason, signum, code):

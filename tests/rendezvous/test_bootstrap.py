@@ -3,6 +3,7 @@ and real multi-process rendezvous through open_store."""
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -283,9 +284,23 @@ def test_stale_rendezvous_file_is_not_trusted(tmp_path):
     assert [r["hosted"] for r in results] == [True, False]
 
 
+def free_slurm_job_id():
+    """A job id whose derived store port is free now (the port is a pure
+    function of the id; another process on this machine may hold some)."""
+    for job in range(os.getpid(), os.getpid() + 1000):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", bootstrap.slurm_store_port(str(job), "0")))
+                return str(job)
+            except OSError:
+                continue
+    pytest.skip("no free port in the Slurm store range")
+
+
 def test_slurm_style_job_with_secret_meets_on_the_derived_port(tmp_path):
+    job = free_slurm_job_id()
     envs = [clean_env(dict(SLURM_PROCID=str(r), SLURM_NTASKS="2", SLURM_LOCALID=str(r),
-                           SLURM_NODEID="0", SLURM_JOB_ID=str(os.getpid()), SLURM_STEP_ID="0",
+                           SLURM_NODEID="0", SLURM_JOB_ID=job, SLURM_STEP_ID="0",
                            SLURM_STEP_NODELIST="localhost", SLURM_STEP_TASKS_PER_NODE="2",
                            COMMRT_SECRET=SECRET_HEX))
             for r in (1, 0)]
@@ -294,7 +309,9 @@ def test_slurm_style_job_with_secret_meets_on_the_derived_port(tmp_path):
 
 
 def test_wrong_secret_on_one_rank_fails_clearly(tmp_path):
-    port = 20000 + os.getpid() % 10000
+    with socket.socket() as probe:  # the store goes on MASTER_PORT + 1: make that a free one
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1] - 1
     envs = [clean_env(dict(RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                            MASTER_PORT=str(port), COMMRT_SECRET=secret))
             for r, secret in ((0, SECRET_HEX), (1, "cd" * 32))]
