@@ -24,11 +24,14 @@ from commrt.kernels.im2col_numpy import col2im_numpy, im2col_numpy
 
 def _backend(x):
     if isinstance(x, np.ndarray):
+        # On the CPU the stride-trick gather is one memcpy-like pass and beats
+        # the Numba loop (measured: about 1 ms against 3 ms for a 32x16x32x32
+        # input, 2 cores); the scatter-add is where Numba's parallel loop wins.
         try:
             from commrt.kernels import im2col_numba
         except ImportError:              # no Numba: the reference still works
             return im2col_numpy, col2im_numpy
-        return im2col_numba.im2col, im2col_numba.col2im
+        return im2col_numpy, im2col_numba.col2im
     if type(x).__module__.startswith("cupy"):
         from commrt.kernels import im2col_cupy
         return im2col_cupy.im2col, im2col_cupy.col2im

@@ -30,7 +30,7 @@ CHECK = textwrap.dedent("""
     from commrt.kernels.im2col import im2col
     x = rng.standard_normal((1, 1, 3, 3))
     d_col = im2col(cuda.to_device(x), 2)
-    assert cuda.is_cuda_array(d_col)
+    assert not isinstance(d_col, np.ndarray) and hasattr(d_col, "copy_to_host")
     np.testing.assert_array_equal(d_col.copy_to_host(), im2col_numpy(x, 2))
     assert im2col_cuda.im2col(np.zeros((0, 1, 3, 3)), 2).shape == (4, 0)
     print("ok")
