@@ -224,24 +224,28 @@ def overlap_table(records, names):
 # -- ring --------------------------------------------------------------------------
 
 def ring_table(records, names, nranks):
-    rows, summary = [], {}
-    base = None
+    rows, summary, hops = [], {}, {}
+
+    def values(name, key):
+        return [rec["ranks"][0].get(key) for rec in records if rec["backend"] == name and rec["ok"]]
+
     for name in names:
-        hop = Summary([rec["ranks"][0].get("ring_us_per_hop") for rec in records
-                       if rec["backend"] == name and rec["ok"]])
-        p99 = Summary([rec["ranks"][0].get("ring_lap_us_p99") for rec in records
-                       if rec["backend"] == name and rec["ok"]])
-        worst = Summary([rec["ranks"][0].get("ring_lap_us_max") for rec in records
-                         if rec["backend"] == name and rec["ok"]])
+        hops[name] = Summary(values(name, "ring_us_per_hop"))
+    for name in names:
+        hop = hops[name]
+        p99 = Summary(values(name, "ring_lap_us_p99"))
+        worst = Summary(values(name, "ring_lap_us_max"))
         summary[name] = {"us_per_hop": hop.as_dict(), "lap_p99_us": p99.as_dict(),
                          "lap_max_us": worst.as_dict()}
-        if BACKENDS[name]["kind"] == "commrt" and base is None:
-            base = hop.median
-        rows.append([BACKENDS[name]["label"], hop.cell(), p99.cell(), worst.cell(),
-                     ratio(base, hop.median) if BACKENDS[name]["kind"] != "commrt" else ""])
+        main = f"commrt-{BACKENDS[name]['group']}"
+        cmp = ""
+        if BACKENDS[name]["kind"] != "commrt" and main in hops:
+            cmp = ratio(hops[main].median, hop.median)
+        rows.append([BACKENDS[name]["label"], hop.cell(), p99.cell(), worst.cell(), cmp])
     headers = ["backend", "µs per hop", "lap p99 µs", "slowest lap µs", "commrt / peer"]
-    title = (f"ring: {nranks} ranks on {os.cpu_count()} cores pass 8 bytes round a ring "
-             f"(lower is better; OpenMPI with --oversubscribe)")
+    title = (f"ring: {nranks} ranks on {os.cpu_count()} cores pass 8 bytes round a ring; "
+             f"median [min-max] over rounds; lower is better; commrt / peer compares the "
+             f"same transport (< 1 means commrt is faster); OpenMPI runs with --oversubscribe")
     return title + "\n" + table(headers, rows), summary
 
 
