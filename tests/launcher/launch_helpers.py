@@ -1,10 +1,8 @@
 """Helpers of the launcher tests: run commrt-launch under a deadline, write
 rank programs, and prove that no rank process outlived its job."""
 import os
-import shutil
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -65,8 +63,3 @@ def wait_for(predicate, timeout, what):
             return
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-have_netns = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None,
-    reason="network namespaces need root and iproute2")

@@ -2,14 +2,12 @@
 ssh that runs the command here, then for real across two network namespaces
 joined by a veth pair (addresses exist only inside the namespaces)."""
 import os
+import shutil
 import subprocess
-import sys
-import time
 
 import pytest
 
-from launch_helpers import (LAUNCH, alive, assert_no_orphans, clean_env, has_init, launch,
-                            needs_init, wait_for)
+from launch_helpers import LAUNCH, assert_no_orphans, clean_env, launch, needs_init, wait_for
 
 # "ssh HOST CMD..." that runs CMD here: drops the host name and execs the rest
 FAKE_SSH = "sh -c 'shift; exec \"$@\"' fake-ssh"
@@ -107,7 +105,7 @@ def _ip(*args):
 @pytest.fixture
 def two_hosts():
     """Namespaces A and B joined by a veth pair: 10.251.X.1 in A, 10.251.X.2 in B."""
-    if os.geteuid() != 0 or subprocess.run(["which", "ip"], capture_output=True).returncode:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("network namespaces need root and iproute2")
     tag = f"{os.getpid() % 100000}"
     a, b = f"crt{tag}a", f"crt{tag}b"
