@@ -194,3 +194,21 @@ def test_parse_hostfile(tmp_path):
     with pytest.raises(hosts.HostSpecError, match="names no host"):
         path.write_text("# nothing\n")
         hosts.parse_hostfile(str(path))
+
+
+def test_launcher_never_imports_numpy_or_numba():
+    """Ranks are forked from the launcher: it must hold no numba/numpy threads,
+    and stay quick to start."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "commrt.launcher", "-n", "2",
+                          "--no-python", "true"], capture_output=True, text=True, timeout=30,
+                         env=clean_env())
+    assert out.returncode == 0, out.stderr
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
+    assert "commrt.launcher.job" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("numpy", "numba", "cupy")}
+
+
+def test_verbose_reports_the_store():
+    out = launch(["-n", "2", "-v", "--no-python", "true"])
+    assert out.returncode == 0
+    assert "commrt-launch: store at 127.0.0.1:" in out.stderr and "2 ranks on localhost" in out.stderr

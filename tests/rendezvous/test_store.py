@@ -285,3 +285,21 @@ def test_close_is_idempotent_and_frees_the_port():
     again.close()
     threads = [t.name for t in threading.enumerate() if t.name.startswith("commrt-store")]
     assert threads == []
+
+
+def test_bind_before_start_queues_early_clients():
+    """A launcher binds, forks its ranks, then starts serving: a client that
+    connects in between waits in the backlog and is served."""
+    srv = StoreServer(SECRET).bind()
+    try:
+        t, box = in_thread(lambda: Store(*srv.address, SECRET, timeout=5.0))
+        time.sleep(0.2)
+        assert t.is_alive()  # connected, but nobody answers the handshake yet
+        srv.start()
+        t.join(5)
+        box["value"].set("commrt/bootstrap/joined/0", b"")
+        box["value"].set("other", b"")
+        assert srv.keys("commrt/bootstrap/joined/") == ["commrt/bootstrap/joined/0"]
+        box["value"].close()
+    finally:
+        srv.close()
