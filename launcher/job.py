@@ -91,7 +91,6 @@ class Job:
         self.tmpdir = None
         self.pipes = {}             # fd -> (rank, stream, pipe)
         self.never_joined = []
-        self.my_pid = os.getpid()
 
     # -- the whole life of a job
     def run(self):
@@ -126,7 +125,7 @@ class Job:
             self.server.bind()
         except StoreError as exc:
             if not (all_local and self.spec.store_port):
-                raise
+                raise LaunchError(f"cannot host the store: {exc}") from None
             _note(f"store port {self.spec.store_port} is busy ({exc}); using any free port")
             self.server = StoreServer(self.secret, host=bind, port=0).bind()
         port = self.server.address[1]
