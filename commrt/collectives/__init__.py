@@ -1,0 +1,418 @@
+"""Collectives over the Communicator's point-to-point API (DESIGN.md rule 1).
+
+One public function per collective, communicator first; the Communicator's
+methods delegate here with the same arguments:
+
+    barrier(comm, *, timeout=None, async_op=False)
+    broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False)
+    reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False)
+    all_reduce(comm, buf, op=SUM, algorithm=None, *, timeout=None, async_op=False)
+    all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False)
+    gather(comm, buf, out=None, root=0, *, timeout=None, async_op=False)
+    scatter(comm, out, buf=None, root=0, *, timeout=None, async_op=False)
+    reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False)
+    all_to_all(comm, out, buf, *, timeout=None, async_op=False)
+    broadcast_obj(comm, obj, root=0, *, timeout=None)
+    all_gather_obj(comm, obj, *, timeout=None)
+    gather_obj(comm, obj, root=0, *, timeout=None)
+    split(comm, color, key=None) -> Communicator | None
+    new_group(comm, ranks) -> Communicator | None
+
+Buffers are contiguous NumPy arrays, reduced in place where the collective
+has one buffer; CuPy and Numba device arrays are staged through host
+memory.  A blocking call returns its output buffer (gather: out at the
+root, None elsewhere); ``async_op=True`` returns a CollRequest whose
+``wait(timeout)`` returns the same and raises any error in the caller's
+thread, and ``test()`` says whether it finished.  Leave the buffers alone
+until then.  Collectives of one communicator run in call order.
+
+Algorithms: ``algorithm=None`` asks the cost model (collectives/cost.py);
+the names per collective are in ALGORITHMS.  Each algorithm's steps and
+cost are in its module and in docs/algorithms.md.
+"""
+import pickle
+
+import numpy as np
+
+from commrt.collectives.algorithms import all_gather as _all_gather
+from commrt.collectives.algorithms import all_to_all as _all_to_all
+from commrt.collectives.algorithms import barrier as _barrier
+from commrt.collectives.algorithms import broadcast as _broadcast
+from commrt.collectives import cost as _cost  # noqa: I001
+from commrt.collectives.algorithms import gather as _gather
+from commrt.collectives.algorithms import reduce as _reduce
+from commrt.collectives.algorithms import reduce_scatter as _reduce_scatter
+from commrt.collectives import allreduce as _allreduce
+from commrt.collectives._engine import Call, CollRequest, execute, state_of  # noqa: F401
+from commrt.collectives.ops import AVG, SUM, ReduceOp
+from commrt.errors import CollectiveMismatchError
+
+__all__ = ["barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter",
+           "reduce_scatter", "all_to_all", "broadcast_obj", "all_gather_obj", "gather_obj",
+           "split", "new_group", "ReduceOp", "CollRequest", "ALGORITHMS"]
+
+ALGORITHMS = {
+    "all_reduce": _allreduce.NAMES,
+    "broadcast": _broadcast.ALGORITHMS,
+    "reduce": _reduce.ALGORITHMS,
+    "all_gather": _all_gather.ALGORITHMS,
+    "reduce_scatter": _reduce_scatter.ALGORITHMS,
+}
+
+
+# -- buffers ---------------------------------------------------------------------
+def _noop():
+    pass
+
+
+def _host(buf, name, write_back):
+    """(flat host array, finish) for a buffer; finish() copies staged data back."""
+    if isinstance(buf, np.ndarray):
+        if not (buf.flags.c_contiguous or buf.flags.f_contiguous):
+            raise ValueError(f"{name} must be contiguous (pass np.ascontiguousarray({name}) "
+                             f"and copy the result back)")
+        if write_back and not buf.flags.writeable:
+            raise ValueError(f"{name} is read-only")
+        return buf.reshape(-1, order="A"), _noop
+    mod = type(buf).__module__
+    if mod.startswith("cupy"):
+        import cupy
+
+        host = cupy.asnumpy(buf).reshape(-1, order="A")
+
+        def finish():
+            buf[...] = cupy.asarray(host.reshape(buf.shape, order="A"))
+        return host, (finish if write_back else _noop)
+    if hasattr(buf, "__cuda_array_interface__") and hasattr(buf, "copy_to_host"):
+        host = buf.copy_to_host().reshape(-1, order="A")
+
+        def finish():
+            buf.copy_to_device(host.reshape(buf.shape, order="A"))
+        return host, (finish if write_back else _noop)
+    raise TypeError(f"{name} must be a NumPy array (or a CuPy / Numba device array), "
+                    f"not {type(buf).__name__}")
+
+
+def _check_root(comm, root):
+    if not isinstance(root, (int, np.integer)) or isinstance(root, bool) or not 0 <= root < comm.size:
+        raise ValueError(f"root {root!r} out of range for a communicator of size {comm.size}")
+    return int(root)
+
+
+def _reducer(comm, op, dtype):
+    """(op, reduce(dst, src), reduce_many(dst, srcs)) after checking op against dtype."""
+    from commrt.kernels.reduce import check_op_dtype, reduce_into, reduce_into_many
+
+    op = ReduceOp.parse(op)
+    if op is AVG and np.dtype(dtype).kind not in "iufc":
+        raise TypeError(f"AVG is not defined for dtype {np.dtype(dtype)}")
+    kop = check_op_dtype(op.kernel, dtype)
+    st = state_of(comm)
+    parallel = st.cache.get("parallel", 0)
+    if parallel == 0:
+        me = comm.host_of(comm.rank)
+        local = sum(1 for q in range(comm.size) if comm.host_of(q) == me)
+        parallel = st.cache["parallel"] = None if local == 1 else False
+
+    def reduce(dst, src):
+        reduce_into(dst, src, kop, parallel=parallel)
+
+    def reduce_many(dst, srcs):
+        reduce_into_many(dst, srcs, kop, parallel=parallel)
+    return op, reduce, reduce_many
+
+
+def _finish_avg(op, flat, n):
+    if op is AVG:
+        from commrt.kernels.reduce import scale_into
+
+        scale_into(flat, n)
+
+
+def _pick(module, comm, algorithm, nbytes, what):
+    if algorithm is None:
+        return _cost.choose(module, comm, nbytes)
+    if algorithm not in module.ALGORITHMS:
+        raise ValueError(f"unknown {what} algorithm {algorithm!r}; expected one of "
+                         f"{', '.join(module.ALGORITHMS)}")
+    return algorithm
+
+
+# -- buffer collectives ----------------------------------------------------------
+def barrier(comm, *, timeout=None, async_op=False):
+    """Return once every rank has entered the barrier."""
+    call = Call(comm, "barrier", algo="dissemination", timeout=timeout)
+    return execute(call, lambda: _barrier.run(call), async_op)
+
+
+def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
+    """Copy root's buf into every rank's buf."""
+    root = _check_root(comm, root)
+    flat, done = _host(buf, "buf", comm.rank != root)
+    algo = _pick(_broadcast, comm, algorithm, flat.nbytes, "broadcast")
+    call = Call(comm, "broadcast", count=flat.size, dtype=flat.dtype, root=root, algo=algo,
+                timeout=timeout)
+
+    def run():
+        _broadcast.run(algo, call, flat, root)
+        done()
+        return buf
+    return execute(call, run, async_op)
+
+
+def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
+    """Combine every rank's buf element-wise with op; the result replaces root's buf
+    (other ranks' buffers are left unchanged)."""
+    root = _check_root(comm, root)
+    flat, done = _host(buf, "buf", comm.rank == root)
+    op, red, _ = _reducer(comm, op, flat.dtype)
+    algo = _pick(_reduce, comm, algorithm, flat.nbytes, "reduce")
+    call = Call(comm, "reduce", count=flat.size, dtype=flat.dtype, op=op, root=root, algo=algo,
+                timeout=timeout)
+
+    def run():
+        _reduce.run(algo, call, flat, root, red)
+        call.wait_sends()
+        if comm.rank == root:
+            _finish_avg(op, flat, comm.size)
+            done()
+        return buf
+    return execute(call, run, async_op)
+
+
+def all_reduce(comm, buf, op=SUM, algorithm=None, *, timeout=None, async_op=False):
+    """Combine every rank's buf element-wise with op; every rank gets the result in buf."""
+    flat, done = _host(buf, "buf", True)
+    op, red, red_many = _reducer(comm, op, flat.dtype)
+    if algorithm is None:
+        algorithm = _cost.choose_allreduce(comm, flat.nbytes)
+    mod = _allreduce.module(algorithm)
+    call = Call(comm, "all_reduce", count=flat.size, dtype=flat.dtype, op=op, algo=algorithm,
+                timeout=timeout)
+
+    def run():
+        if algorithm == "ps":
+            mod.run(call, flat, red, red_many)
+        else:
+            mod.run(call, flat, red)
+        call.wait_sends()  # a send may still read buf: divide only after
+        _finish_avg(op, flat, comm.size)
+        done()
+        return buf
+    return execute(call, run, async_op)
+
+
+def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
+    """out (size·len(buf) elements) receives every rank's buf in rank order."""
+    flat, _ = _host(buf, "buf", False)
+    oflat, done = _host(out, "out", True)
+    if oflat.size != comm.size * flat.size or oflat.dtype != flat.dtype:
+        raise ValueError(f"all_gather: out must hold {comm.size} x {flat.size} elements of "
+                         f"{flat.dtype}, got {oflat.size} of {oflat.dtype}")
+    algo = _pick(_all_gather, comm, algorithm, oflat.nbytes, "all_gather")
+    call = Call(comm, "all_gather", count=flat.size, dtype=flat.dtype, algo=algo, timeout=timeout)
+
+    def run():
+        _all_gather.run(algo, call, oflat, flat)
+        done()
+        return out
+    return execute(call, run, async_op)
+
+
+def gather(comm, buf, out=None, root=0, *, timeout=None, async_op=False):
+    """Root's out (size·len(buf) elements) receives every rank's buf in rank order."""
+    root = _check_root(comm, root)
+    flat, _ = _host(buf, "buf", False)
+    oflat, done = None, _noop
+    if comm.rank == root:
+        if out is None:
+            raise ValueError("gather: the root must pass out")
+        oflat, done = _host(out, "out", True)
+        if oflat.size != comm.size * flat.size or oflat.dtype != flat.dtype:
+            raise ValueError(f"gather: out must hold {comm.size} x {flat.size} elements of "
+                             f"{flat.dtype}, got {oflat.size} of {oflat.dtype}")
+    call = Call(comm, "gather", count=flat.size, dtype=flat.dtype, root=root, algo="linear",
+                timeout=timeout)
+
+    def run():
+        _gather.gather(call, flat, oflat, root)
+        done()
+        return out if comm.rank == root else None
+    return execute(call, run, async_op)
+
+
+def scatter(comm, out, buf=None, root=0, *, timeout=None, async_op=False):
+    """Rank i's out receives block i of root's buf (size·len(out) elements)."""
+    root = _check_root(comm, root)
+    oflat, done = _host(out, "out", True)
+    flat = None
+    if comm.rank == root:
+        if buf is None:
+            raise ValueError("scatter: the root must pass buf")
+        flat, _ = _host(buf, "buf", False)
+        if flat.size != comm.size * oflat.size or flat.dtype != oflat.dtype:
+            raise ValueError(f"scatter: buf must hold {comm.size} x {oflat.size} elements of "
+                             f"{oflat.dtype}, got {flat.size} of {flat.dtype}")
+    call = Call(comm, "scatter", count=oflat.size, dtype=oflat.dtype, root=root, algo="linear",
+                timeout=timeout)
+
+    def run():
+        _gather.scatter(call, oflat, flat, root)
+        done()
+        return out
+    return execute(call, run, async_op)
+
+
+def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
+    """buf holds size·len(out) elements; rank i's out gets block i reduced over all ranks."""
+    flat, _ = _host(buf, "buf", False)
+    oflat, done = _host(out, "out", True)
+    if flat.size != comm.size * oflat.size or flat.dtype != oflat.dtype:
+        raise ValueError(f"reduce_scatter: buf must hold {comm.size} x {oflat.size} elements of "
+                         f"{oflat.dtype}, got {flat.size} of {flat.dtype}")
+    op, red, red_many = _reducer(comm, op, flat.dtype)
+    algo = _pick(_reduce_scatter, comm, algorithm, flat.nbytes, "reduce_scatter")
+    call = Call(comm, "reduce_scatter", count=oflat.size, dtype=flat.dtype, op=op, algo=algo,
+                timeout=timeout)
+
+    def run():
+        _reduce_scatter.run(algo, call, oflat, flat, red, red_many)
+        call.wait_sends()
+        _finish_avg(op, oflat, comm.size)
+        done()
+        return out
+    return execute(call, run, async_op)
+
+
+def all_to_all(comm, out, buf, *, timeout=None, async_op=False):
+    """Block j of rank i's buf lands in block i of rank j's out (size blocks each)."""
+    flat, _ = _host(buf, "buf", False)
+    oflat, done = _host(out, "out", True)
+    if flat.size != oflat.size or flat.dtype != oflat.dtype or flat.size % comm.size:
+        raise ValueError(f"all_to_all: buf and out must hold the same multiple of {comm.size} "
+                         f"elements of one dtype, got {flat.size} {flat.dtype} and "
+                         f"{oflat.size} {oflat.dtype}")
+    call = Call(comm, "all_to_all", count=flat.size, dtype=flat.dtype, algo="pairwise",
+                timeout=timeout)
+
+    def run():
+        _all_to_all.run(call, oflat, flat)
+        done()
+        return out
+    return execute(call, run, async_op)
+
+
+# -- objects ---------------------------------------------------------------------------
+def _dumps(obj):
+    return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+
+
+def broadcast_obj(comm, obj, root=0, *, timeout=None):
+    """root's picklable obj, on every rank (peers are authenticated: unpickling is safe)."""
+    root = _check_root(comm, root)
+    call = Call(comm, "broadcast_obj", dtype=np.uint8, root=root, algo="binomial",
+                timeout=timeout)
+
+    def run():
+        n = np.zeros(1, np.int64)
+        if comm.rank == root:
+            data = _dumps(obj)
+            n[0] = data.size
+        _broadcast.binomial(call, n, root)
+        if comm.rank != root:
+            data = np.empty(int(n[0]), np.uint8)
+        _broadcast.run("pipeline" if n[0] >= 1 << 20 else "binomial", call, data, root)
+        call.finish()
+        return obj if comm.rank == root else pickle.loads(data)
+    return execute(call, run, False)
+
+
+def all_gather_obj(comm, obj, *, timeout=None):
+    """[obj of rank 0, obj of rank 1, ...] on every rank."""
+    call = Call(comm, "all_gather_obj", dtype=np.uint8, algo="bruck", timeout=timeout)
+
+    def run():
+        data = _dumps(obj)
+        sizes = np.empty(comm.size, np.int64)
+        _all_gather.bruck(call, sizes, np.array([data.size], np.int64))
+        width = int(sizes.max()) if comm.size else 0
+        mine = np.zeros(width, np.uint8)
+        mine[:data.size] = data
+        out = np.empty(comm.size * width, np.uint8)
+        _all_gather.run("ring" if width * comm.size >= 1 << 20 else "bruck", call, out, mine)
+        call.finish()
+        return [obj if q == comm.rank else pickle.loads(out[q * width:q * width + sizes[q]])
+                for q in range(comm.size)]
+    return execute(call, run, False)
+
+
+def gather_obj(comm, obj, root=0, *, timeout=None):
+    """[obj of rank 0, obj of rank 1, ...] at root; None elsewhere."""
+    root = _check_root(comm, root)
+    call = Call(comm, "gather_obj", dtype=np.uint8, root=root, algo="linear", timeout=timeout)
+
+    def run():
+        data = _dumps(obj)
+        size = np.array([data.size], np.int64)
+        sizes = np.empty(comm.size, np.int64) if comm.rank == root else None
+        _gather.gather(call, size, sizes, root)
+        if comm.rank != root:
+            call.isend(data, root)
+            call.finish()
+            return None
+        bufs = {q: np.empty(int(sizes[q]), np.uint8) for q in range(comm.size) if q != root}
+        rvs = [call.irecv(bufs[q], q) for q in sorted(bufs)]
+        call.waitall(rvs)
+        return [obj if q == root else pickle.loads(bufs[q]) for q in range(comm.size)]
+    return execute(call, run, False)
+
+
+# -- communicators -----------------------------------------------------------------
+def split(comm, color, key=None):
+    """Ranks that pass the same color form a new communicator, ordered by (key, rank).
+
+    color None (or negative) takes no part and gets None.  Every rank calls it."""
+    if color is not None and (not isinstance(color, (int, np.integer)) or isinstance(color, bool)):
+        raise TypeError(f"color must be an int or None, got {type(color).__name__}")
+    if key is not None and (not isinstance(key, (int, np.integer)) or isinstance(key, bool)):
+        raise TypeError(f"key must be an int or None, got {type(key).__name__}")
+    c = -1 if color is None or color < 0 else int(color)
+    k = comm.rank if key is None else int(key)
+    call = Call(comm, "split", count=2, dtype=np.int64, algo="bruck")
+
+    def run():
+        table = np.empty(2 * comm.size, np.int64)
+        _all_gather.bruck(call, table, np.array([c, k], np.int64))
+        call.finish()
+        return table.reshape(comm.size, 2)
+
+    table = execute(call, run, False)
+    if c < 0:
+        return None
+    members = sorted((int(table[q, 1]), q) for q in range(comm.size) if table[q, 0] == c)
+    return comm._derive([q for _, q in members], ("split", call.seq, c))
+
+
+def new_group(comm, ranks):
+    """A communicator over `ranks` (in that order); every rank of comm calls it with
+    the same ranks, non-members get None."""
+    ranks = [int(r) for r in ranks]
+    if len(set(ranks)) != len(ranks) or any(not 0 <= r < comm.size for r in ranks):
+        raise ValueError(f"new_group: ranks must be distinct ranks of 0..{comm.size - 1}, got {ranks}")
+    import hashlib
+
+    digest = int.from_bytes(hashlib.blake2b(repr(ranks).encode(), digest_size=7).digest(), "little")
+    call = Call(comm, "new_group", count=len(ranks), dtype=np.int64, algo="bruck")
+
+    def run():
+        table = np.empty(comm.size, np.int64)
+        _all_gather.bruck(call, table, np.array([digest], np.int64))
+        call.finish()
+        return table
+
+    table = execute(call, run, False)
+    differ = [q for q in range(comm.size) if table[q] != digest]
+    if differ:
+        raise CollectiveMismatchError(f"new_group: rank {comm.rank} passed {ranks}; ranks "
+                                      f"{differ} passed other lists")
+    return comm._derive(ranks, ("group", call.seq))

@@ -1,0 +1,428 @@
+"""What every collective shares: the call's fingerprint, checked sends and
+receives, waits with deadlines and mismatch probes, scratch memory, and the
+per-communicator worker that runs ``async_op=True`` collectives in order.
+
+Rules the algorithms follow (and this module enforces):
+
+* Traffic goes on ``comm._coll`` (its own context), tag ``TAG``.  Between
+  two ranks messages of one (context, tag) match in the order sent, so an
+  algorithm only has to post its receives from one peer in the order that
+  peer sends.
+* Each collective call gets the next sequence number of its communicator
+  and a fingerprint (sequence, kind, algorithm, count, dtype, op, root).
+  Every message carries the fingerprint packed in the header's 64-bit
+  ``meta``; every receive checks it and the payload size.  A difference is
+  a mismatch: the rank that sees it aborts the collective context on every
+  rank (``comm._abort``), so each one raises CollectiveMismatchError naming
+  both calls, and the context stays poisoned (later collectives raise too).
+* Two mismatched calls can also leave ranks waiting on each other with no
+  message in flight (rank 0 in reduce waiting on rank 1, rank 1 in
+  broadcast waiting on rank 0).  A wait that lasts COMMRT_COLL_PROBE_S
+  sends a probe (tag ``PROBE_TAG``) to the peer it waits on and listens
+  for probes: a rank that receives a probe for a sequence number it has
+  called compares fingerprints, and a difference aborts as above.  So a
+  mismatch never hangs until the timeout.
+* Collectives of one communicator run one at a time in call order (async
+  ones on a worker thread; a blocking call waits for earlier async ones),
+  so their messages never interleave; collectives of different
+  communicators use different contexts and run concurrently.
+
+Meta layout (bit offsets): seq 0-15, kind 16-20, algorithm 21-24, dtype
+25-29, op 30-33, root 34-45, count 46-63 (low bits of each).
+"""
+import collections
+import queue
+import threading
+import time
+
+import numpy as np
+
+from commrt import config
+from commrt.errors import (CollectiveMismatchError, CommError, CommTimeoutError,
+                           MessageTruncatedError)
+
+TAG = 7
+PROBE_TAG = 8
+
+KINDS = ("none", "barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather",
+         "scatter", "reduce_scatter", "all_to_all", "broadcast_obj", "all_gather_obj",
+         "gather_obj", "split", "new_group", "calibrate")
+KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+
+ALGOS = ("-", "ring", "ps", "reduce_bcast", "tree", "rabenseifner", "recursive_doubling",
+         "hierarchical", "binomial", "pipeline", "bruck", "direct", "linear",
+         "dissemination", "pairwise")
+ALGO_CODE = {a: i for i, a in enumerate(ALGOS)}
+
+DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                                np.uint16, np.uint32, np.uint64, np.float16, np.float32,
+                                np.float64, np.complex64, np.complex128)]
+DTYPE_CODE = {d: i + 1 for i, d in enumerate(DTYPES)}
+
+OP_NAMES = ("-", "SUM", "PROD", "MIN", "MAX", "AVG", "LAND", "LOR", "BAND", "BOR", "BXOR")
+
+
+# -- fingerprints ------------------------------------------------------------------
+def pack(seq, kind, algo, count, dtype, op, root):
+    return ((seq & 0xFFFF) | (kind & 0x1F) << 16 | (algo & 0xF) << 21 | (dtype & 0x1F) << 25
+            | (op & 0xF) << 30 | (root & 0xFFF) << 34 | (count & 0x3FFFF) << 46)
+
+
+def unpack(meta):
+    return {"seq": meta & 0xFFFF, "kind": meta >> 16 & 0x1F, "algo": meta >> 21 & 0xF,
+            "dtype": meta >> 25 & 0x1F, "op": meta >> 30 & 0xF, "root": meta >> 34 & 0xFFF,
+            "count": meta >> 46 & 0x3FFFF}
+
+
+def describe_meta(meta, exact=None):
+    """Text for a packed fingerprint (counts and roots are known modulo 2**18 / 2**12)."""
+    f = unpack(meta)
+    kind = KINDS[f["kind"]] if f["kind"] < len(KINDS) else f"kind{f['kind']}"
+    dt = DTYPES[f["dtype"] - 1].name if 0 < f["dtype"] <= len(DTYPES) else "-"
+    parts = [f"count~{f['count']}" if exact is None else f"count={exact}", f"dtype={dt}"]
+    if f["op"]:
+        parts.append(f"op={OP_NAMES[f['op']] if f['op'] < len(OP_NAMES) else f['op']}")
+    parts.append(f"root={f['root']}")
+    if f["algo"]:
+        parts.append(f"algo={ALGOS[f['algo']] if f['algo'] < len(ALGOS) else f['algo']}")
+    return f"#{f['seq']} {kind}({', '.join(parts)})"
+
+
+def _diff(mine, theirs):
+    a, b = unpack(mine), unpack(theirs)
+    return [k for k in ("seq", "kind", "algo", "count", "dtype", "op", "root") if a[k] != b[k]]
+
+
+# -- per-communicator state ------------------------------------------------------------
+class CommState:
+    """Sequence numbers, poison, scratch memory, caches and the async worker of one
+    communicator (kept in ``comm.state['collectives']``)."""
+
+    def __init__(self, comm):
+        self.seq = 0
+        self.poisoned = None                     # the reason, once a mismatch was seen
+        self.history = collections.deque(maxlen=256)   # (seq, meta) of recent calls
+        self.current = None                      # the Call running now
+        self.cache = {}                          # cost parameters, derived communicators...
+        self._scratch = {}
+        self.lock = threading.Lock()
+        self.pending = 0                         # async calls queued or running
+        self._queue = None
+        self._worker = None
+        self.probe_req = None                    # posted receive for probes, once needed
+        self.probe_buf = np.zeros(2, np.uint64)
+
+    def scratch(self, slot, count, dtype):
+        """A reusable buffer of `count` elements (one per slot; contents undefined)."""
+        dtype = np.dtype(dtype)
+        need = max(1, count * dtype.itemsize)
+        buf = self._scratch.get(slot)
+        if buf is None or buf.nbytes < need:
+            buf = np.empty(need, np.uint8)
+            self._scratch[slot] = buf
+        return buf[: count * dtype.itemsize].view(dtype)
+
+    # async ---------------------------------------------------------------------------
+    def submit(self, call, fn):
+        req = CollRequest(call)
+        with self.lock:
+            self.pending += 1
+            if self._worker is None:
+                self._queue = queue.SimpleQueue()
+                self._worker = threading.Thread(target=self._work, daemon=True,
+                                                name="commrt-collectives")
+                self._worker.start()
+        self._queue.put((req, fn))
+        return req
+
+    def _work(self):
+        while True:
+            req, fn = self._queue.get()
+            try:
+                req._result = fn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the waiter's thread
+                req._error = exc
+            finally:
+                with self.lock:
+                    self.pending -= 1
+                req._event.set()
+
+
+def state_of(comm):
+    st = comm.state.get("collectives")
+    if st is None:
+        st = comm.state.setdefault("collectives", CommState(comm))
+    return st
+
+
+class CollRequest:
+    """The handle of a collective started with ``async_op=True``.
+
+    wait(timeout=None) blocks until it finishes and returns its result (or
+    raises its error here, in the caller's thread); test() says whether it
+    has finished.  Collectives of one communicator complete in call order."""
+
+    def __init__(self, call):
+        self.call = call
+        self._event = threading.Event()
+        self._result = None
+        self._error = None
+
+    def test(self):
+        return self._event.is_set()
+
+    @property
+    def done(self):
+        return self._event.is_set()
+
+    def wait(self, timeout=None):
+        if not self._event.wait(timeout):
+            raise CommTimeoutError(f"wait for {self.call.name}", timeout=timeout,
+                                   detail="the collective is still running")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def __repr__(self):
+        return f"<CollRequest {self.call.name} {'done' if self.done else 'pending'}>"
+
+
+# -- one call ------------------------------------------------------------------------
+class Recv:
+    __slots__ = ("req", "src", "nbytes")
+
+    def __init__(self, req, src, nbytes):
+        self.req, self.src, self.nbytes = req, src, nbytes
+
+
+class Call:
+    """One collective call on one rank: its fingerprint and its messages."""
+
+    def __init__(self, comm, kind, *, count=0, dtype=None, op=None, root=0, algo="-",
+                 timeout=None):
+        st = state_of(comm)
+        if st.poisoned is not None:
+            raise CollectiveMismatchError(f"communicator unusable after an earlier collective "
+                                          f"mismatch: {st.poisoned}")
+        self.comm = comm
+        self.coll = comm._coll
+        self.state = st
+        self.rank, self.size = comm.rank, comm.size
+        self.seq = st.seq
+        st.seq += 1
+        self.kind = kind
+        self.algo = algo
+        self.count = count
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        self.op = op
+        self.root = root
+        self.meta = pack(self.seq, KIND_CODE[kind], ALGO_CODE.get(algo, 15), count,
+                         DTYPE_CODE.get(self.dtype, 31) if self.dtype is not None else 0,
+                         op.value if op is not None else 0, root)
+        st.history.append((self.seq, self.meta, count))
+        self.timeout = config.get("COMMRT_TIMEOUT") if timeout is None else float(timeout)
+        self.deadline = None
+        self.sends = []
+        self.probe_s = config.get("COMMRT_COLL_PROBE_S")
+
+    @property
+    def name(self):
+        return f"{self.kind} #{self.seq}"
+
+    def set_algo(self, algo):
+        """Fix the algorithm (chosen after the call began) into the fingerprint."""
+        self.algo = algo
+        code = ALGO_CODE.get(algo, 15)
+        self.meta = (self.meta & ~(0xF << 21)) | (code & 0xF) << 21
+        self.state.history[-1] = (self.seq, self.meta, self.count)
+
+    def start(self):
+        self.deadline = time.monotonic() + self.timeout
+        self.state.current = self
+
+    def end(self):
+        self.finish()
+        self.state.current = None
+
+    # messages ------------------------------------------------------------------------
+    def isend(self, buf, dst):
+        req = self.coll.isend(buf, dst, TAG, meta=self.meta)
+        self.sends.append(req)
+        return req
+
+    def irecv(self, buf, src):
+        return Recv(self.coll.irecv(buf, src, TAG), src, buf.nbytes)
+
+    def recv(self, buf, src):
+        self.wait(self.irecv(buf, src))
+
+    def send(self, buf, dst):
+        """Start a send; it completes by end() (the algorithm must not modify buf before)."""
+        self.isend(buf, dst)
+
+    def wait(self, rv):
+        """Wait for a receive and check its fingerprint and size."""
+        st = self._wait_req(rv.req, rv.src)
+        if st.meta != self.meta or st.nbytes != rv.nbytes:
+            self._mismatch(rv.src, st.meta, st.nbytes, rv.nbytes)
+        return st
+
+    def waitall(self, recvs):
+        for rv in recvs:
+            self.wait(rv)
+
+    def test(self, rv):
+        """True when the receive finished (checked as by wait)."""
+        try:
+            done = rv.req.test()
+        except CommError as exc:
+            self._failed(exc, rv.src)
+        if done:
+            self.wait(rv)
+        return done
+
+    def wait_sends(self):
+        sends, self.sends = self.sends, []
+        for req in sends:
+            self._wait_req(req, None)
+
+    def finish(self):
+        self.wait_sends()
+
+    # waiting -------------------------------------------------------------------------
+    def _wait_req(self, req, peer):
+        try:
+            if req.test():
+                return req.wait(0)
+        except CommError as exc:
+            self._failed(exc, peer)
+        probe_at = time.monotonic() + self.probe_s
+        while True:
+            now = time.monotonic()
+            left = self.deadline - now
+            if left <= 0:
+                raise CommTimeoutError(self.name, peer, TAG, self.timeout,
+                                       detail=f"rank {self.rank} of {self.size}")
+            try:
+                return req.wait(min(left, max(probe_at - now, 0.001)))
+            except CommTimeoutError:
+                pass
+            except CommError as exc:
+                self._failed(exc, peer)
+            if time.monotonic() >= probe_at:
+                self._probe(peer)
+                probe_at = time.monotonic() + min(self.probe_s, 0.5)
+
+    def _failed(self, exc, peer):
+        if isinstance(exc, CollectiveMismatchError):
+            self.state.poisoned = str(exc)
+            raise exc
+        if isinstance(exc, MessageTruncatedError):
+            reason = (f"rank {self.rank} in {describe_meta(self.meta, self.count)}: rank "
+                      f"{exc.source} sent {exc.message_bytes} B where {exc.buffer_bytes} B were "
+                      f"expected (count or dtype differ)")
+            self._abort(reason)
+        raise exc
+
+    def _mismatch(self, src, meta, nbytes, expected):
+        if meta == self.meta:
+            what = f"sent {nbytes} B where {expected} B were expected (count or dtype differ)"
+        else:
+            what = (f"called {describe_meta(meta)} [{', '.join(_diff(self.meta, meta))} "
+                    f"differ]")
+        reason = (f"collective mismatch: rank {self.rank} called "
+                  f"{describe_meta(self.meta, self.count)}; rank {src} {what}")
+        self._abort(reason)
+
+    def _abort(self, reason):
+        self.state.poisoned = reason
+        try:
+            self.coll._abort(reason)
+        except CommError:
+            pass
+        raise CollectiveMismatchError(reason)
+
+    # probes ----------------------------------------------------------------------------
+    def _probe(self, peer):
+        """Tell `peer` what we are waiting in, and answer probes sent to us."""
+        st = self.state
+        if peer is not None:
+            msg = np.array([self.meta, self.count], np.uint64)
+            try:
+                self.coll.isend(msg, peer, PROBE_TAG, meta=self.meta)
+            except CommError:
+                pass
+        check_probes(st, self)
+
+
+def check_probes(st, call):
+    """Handle probes that arrived: a probe for a sequence number this rank has
+    called with a different fingerprint is a mismatch (abort); others are
+    ignored (the prober is only waiting for a slower rank)."""
+    from commrt.errors import CommError as _CE
+
+    coll = call.coll
+    while True:
+        if st.probe_req is None:
+            st.probe_req = coll.irecv(st.probe_buf, -1, PROBE_TAG)
+        try:
+            if not st.probe_req.test():
+                return
+            status = st.probe_req.wait(0)
+        except CollectiveMismatchError as exc:
+            st.probe_req = None
+            call._failed(exc, None)
+        except _CE:
+            st.probe_req = None
+            return
+        st.probe_req = None
+        their_meta, their_count = int(st.probe_buf[0]), int(st.probe_buf[1])
+        seq = their_meta & 0xFFFF
+        for s, meta, count in reversed(st.history):
+            if s & 0xFFFF == seq:
+                if meta != their_meta or count != their_count:
+                    reason = (f"collective mismatch: rank {call.rank} called "
+                              f"{describe_meta(meta, count)}; rank {status.source} called "
+                              f"{describe_meta(their_meta, their_count)} "
+                              f"[{', '.join(_diff(meta, their_meta)) or 'count'} differ]")
+                    call._abort(reason)
+                break
+
+
+# -- running a collective -------------------------------------------------------------
+def execute(call, fn, async_op):
+    """Run fn() for `call` now, or on the communicator's worker when async_op is set
+    (or when earlier async collectives are still pending, to keep call order)."""
+    st = call.state
+
+    def run():
+        call.start()
+        try:
+            result = fn()
+            call.end()
+            return result
+        finally:
+            st.current = None
+
+    if async_op:
+        return st.submit(call, run)
+    if st.pending:
+        return st.submit(call, run).wait()
+    return run()
+
+
+def bounds(n, parts):
+    """Chunk boundaries splitting n elements into `parts` (the first n % parts one longer)."""
+    q, r = divmod(n, parts)
+    return [i * q + min(i, r) for i in range(parts + 1)]
+
+
+def segments(lo, hi, seg):
+    """[lo, hi) in pieces of at most seg elements; an empty range is one empty piece."""
+    if hi <= lo:
+        return [(lo, lo)]
+    return [(s, min(s + seg, hi)) for s in range(lo, hi, seg)]
+
+
+def seg_elems(itemsize):
+    return max(1, config.get("COMMRT_RING_SEGMENT_BYTES") // itemsize)

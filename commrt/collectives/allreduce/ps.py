@@ -1,0 +1,51 @@
+"""Parameter-server all-reduce: everyone sends to rank 0, which reduces and sends back.
+
+Steps, per segment of COMMRT_RING_SEGMENT_BYTES (so the root's scratch is
+(N-1) segments, and reducing one segment overlaps receiving the next):
+  1. every rank r > 0 sends the segment to rank 0;
+  2. rank 0 receives the N-1 copies and reduces them into its own with one
+     pass (float16 accumulates in float32 across all of them);
+  3. rank 0 sends the result to every rank.
+Cost: 2·(N-1)·(α + K·β) + (N-1)·K·γ: the root's link carries everything.
+Bytes: the root sends and receives (N-1)·K; every other rank sends and
+receives K.  Simple and the best at N = 2 for mid sizes on some transports.
+"""
+from commrt.collectives._engine import seg_elems, segments
+
+
+def cost(n, nbytes, p):
+    if n == 1:
+        return 0.0
+    return (2 * (n - 1) * (p.nseg(nbytes) * p.alpha + nbytes * p.beta)
+            + (n - 1) * nbytes * p.gamma)
+
+
+def run(call, buf, reduce, reduce_many):
+    n, r = call.size, call.rank
+    if n == 1:
+        return
+    pieces = segments(0, buf.size, seg_elems(buf.itemsize))
+    if r != 0:
+        for lo, hi in pieces:
+            call.isend(buf[lo:hi], 0)
+        # rank 0 sends a result segment only after receiving ours: safe to land in buf
+        rvs = [call.irecv(buf[lo:hi], 0) for lo, hi in pieces]
+        call.waitall(rvs)
+        return
+    width = pieces[0][1] - pieces[0][0]
+    tmps = [[call.state.scratch(("ps", k, q), width, buf.dtype) for q in range(1, n)]
+            for k in (0, 1)]
+
+    def post(i):
+        lo, hi = pieces[i]
+        return [call.irecv(t[: hi - lo], q) for t, q in zip(tmps[i % 2], range(1, n))]
+
+    nxt = post(0)
+    for i, (lo, hi) in enumerate(pieces):
+        cur = nxt
+        if i + 1 < len(pieces):
+            nxt = post(i + 1)
+        call.waitall(cur)
+        reduce_many(buf[lo:hi], [t[: hi - lo] for t in tmps[i % 2]])
+        for q in range(1, n):
+            call.isend(buf[lo:hi], q)

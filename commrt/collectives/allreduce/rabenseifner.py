@@ -1,0 +1,72 @@
+"""Rabenseifner all-reduce: recursive-halving reduce-scatter, then recursive-doubling all-gather.
+
+Steps (p' = largest power of two <= N, blocks = p' near-equal parts of the
+buffer; non-powers of two fold first, see _fold):
+  1. halving, mask = p'/2 ... 1: virtual rank v keeps the lower half of its
+     current block range if v & mask is 0, else the upper half; it sends
+     the other half to v XOR mask and reduces the partner's copy of the
+     half it keeps.  After log2(p') steps v owns block v, fully reduced.
+  2. doubling, mask = 1 ... p'/2: exchange the blocks owned so far with
+     v XOR mask (straight into the buffer); the owned range doubles.
+Each block is reduced by one rank only, so all ranks end bitwise equal.
+
+Cost: 2·log2(p')·α + 2·(p'-1)/p'·K·β + (p'-1)/p'·K·γ
+      [+ 2(α + K·β) + K·γ when N is not a power of two].
+Bandwidth-optimal like the ring with log2 latency; bytes sent per rank:
+2·(p'-1)/p'·K (+K for folded pairs).
+"""
+import math
+
+from commrt.collectives._engine import bounds
+from commrt.collectives.allreduce import _fold
+
+
+def cost(n, nbytes, p):
+    if n == 1:
+        return 0.0
+    p2, rem = _fold.plan(n)
+    steps = int(math.log2(p2))
+    frac = (p2 - 1) / p2 * nbytes
+    t = 2 * steps * p.alpha * p.nseg(nbytes / 2) + 2 * frac * p.beta + frac * p.gamma
+    if rem:
+        t += 2 * (p.nseg(nbytes) * p.alpha + nbytes * p.beta) + nbytes * p.gamma
+    return p.rho(n) * t
+
+
+def run(call, buf, reduce):
+    n = call.size
+    if n == 1:
+        return
+    p2, rem = _fold.plan(n)
+    v = _fold.fold_in(call, buf, reduce, rem)
+    if v >= 0:
+        b = bounds(buf.size, p2)
+        tmp = call.state.scratch("rab", b[p2 // 2], buf.dtype)  # the largest half kept
+        lo, hi = 0, p2
+        mask = p2 >> 1
+        while mask:
+            partner = _fold.real(v ^ mask, rem)
+            mid = lo + (hi - lo) // 2
+            if v & mask:
+                keep, give = (mid, hi), (lo, mid)
+            else:
+                keep, give = (lo, mid), (mid, hi)
+            k0, k1 = b[keep[0]], b[keep[1]]
+            t = tmp[: k1 - k0]
+            rv = call.irecv(t, partner)
+            call.isend(buf[b[give[0]]:b[give[1]]], partner)
+            call.wait(rv)
+            reduce(buf[k0:k1], t)
+            lo, hi = keep
+            mask >>= 1
+        call.wait_sends()  # the doubling writes into blocks we sent from
+        mask = 1
+        while mask < p2:
+            partner = _fold.real(v ^ mask, rem)
+            mine = (v // mask) * mask
+            theirs = ((v ^ mask) // mask) * mask
+            rv = call.irecv(buf[b[theirs]:b[theirs + mask]], partner)
+            call.isend(buf[b[mine]:b[mine + mask]], partner)
+            call.wait(rv)
+            mask <<= 1
+    _fold.fold_out(call, buf, rem)

@@ -1,0 +1,46 @@
+"""Recursive-doubling all-reduce: log2(N) exchanges of the whole buffer (small messages).
+
+Steps (p' = largest power of two <= N; non-powers of two fold first, see _fold):
+  for mask = 1, 2, 4, ... < p': exchange the whole buffer with virtual rank
+  v XOR mask and reduce the partner's copy into one's own.
+Each step combines two equal partial results in the same order on both
+partners (the ops commute), so all ranks end bitwise equal.
+
+Cost: log2(p')·(α + K·β + K·γ) [+ 2(α + K·β) + K·γ when N is not a power of two].
+Fewest steps of all; moves K bytes per step, so only for small K.
+Bytes sent per rank: log2(p')·K (+K for folded pairs).
+"""
+import math
+
+from commrt.collectives.allreduce import _fold
+
+
+def cost(n, nbytes, p):
+    if n == 1:
+        return 0.0
+    p2, rem = _fold.plan(n)
+    steps = int(math.log2(p2))
+    t = steps * (p.nseg(nbytes) * p.alpha + nbytes * (p.beta + p.gamma))
+    if rem:
+        t += 2 * (p.nseg(nbytes) * p.alpha + nbytes * p.beta) + nbytes * p.gamma
+    return p.rho(n) * t
+
+
+def run(call, buf, reduce):
+    n = call.size
+    if n == 1:
+        return
+    p2, rem = _fold.plan(n)
+    v = _fold.fold_in(call, buf, reduce, rem)
+    if v >= 0:
+        tmp = call.state.scratch("rd", buf.size, buf.dtype)
+        mask = 1
+        while mask < p2:
+            partner = _fold.real(v ^ mask, rem)
+            rv = call.irecv(tmp, partner)
+            call.isend(buf, partner)
+            call.wait(rv)
+            call.wait_sends()  # the partner has our copy; buf may change now
+            reduce(buf, tmp)
+            mask <<= 1
+    _fold.fold_out(call, buf, rem)

@@ -1,0 +1,32 @@
+"""Reduce + broadcast all-reduce: binomial reduce to rank 0, then binomial broadcast.
+
+Steps:
+  1. binomial reduce to rank 0 (see collectives/algorithms/reduce.py), in place;
+  2. binomial broadcast from rank 0 (see collectives/algorithms/broadcast.py).
+The result is computed once, at rank 0, so all ranks end bitwise equal.
+
+Cost: 2·ceil(log2 N)·(α + K·β) + ceil(log2 N)·K·γ.  In the textbook form for
+a root that talks to everyone at once, 2(α + S/B) + N·S·C (S = K bytes,
+B = bandwidth = 1/β, C = γ): two message times plus the root's N reductions.
+Bytes: every non-root sends K in the reduce; rank 0 sends ceil(log2 N)·K in
+the broadcast; internal nodes forward K per child.
+"""
+import math
+
+from commrt.collectives.algorithms import broadcast as _bcast
+from commrt.collectives.algorithms import reduce as _reduce
+
+
+def cost(n, nbytes, p):
+    if n == 1:
+        return 0.0
+    steps = math.ceil(math.log2(n))
+    return 2 * steps * (p.nseg(nbytes) * p.alpha + nbytes * p.beta) + steps * nbytes * p.gamma
+
+
+def run(call, buf, reduce):
+    if call.size == 1:
+        return
+    _reduce.binomial(call, buf, 0, reduce, acc=buf)
+    call.wait_sends()  # our partial result left; the broadcast overwrites buf
+    _bcast.binomial(call, buf, 0)

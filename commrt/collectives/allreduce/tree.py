@@ -1,0 +1,79 @@
+"""Binary-tree all-reduce, pipelined in segments.
+
+Tree: heap order on ranks (parent (r-1)//2, children 2r+1 and 2r+2), root 0.
+Steps, per segment of COMMRT_RING_SEGMENT_BYTES (C segments):
+  up:   receive the segment from each child (posted one segment ahead, two
+        scratch slots per child), reduce both into one's own, send it to the
+        parent;
+  down: the root sends each reduced segment to its children at once; every
+        other rank receives it from its parent into its buffer and forwards
+        it to its children as soon as it lands.
+Segments stream up and down concurrently, so for large K the time tends to
+one pass of K through a node rather than depth passes.  A result segment
+can only arrive after the parent received ours, so it lands in the buffer
+the up-send read.
+
+Cost: 2·(ceil(log2(N+1)) - 1 + C)·(α + K/C·β)·2 + (K·γ per child reduced).
+Bytes: a leaf sends K; an inner node sends K up and K per child down; the
+root sends K per child.
+"""
+import math
+
+from commrt.collectives._engine import seg_elems, segments
+
+
+def cost(n, nbytes, p):
+    if n == 1:
+        return 0.0
+    depth = max(1, math.ceil(math.log2(n + 1)) - 1)
+    c = p.nseg(nbytes)
+    seg = nbytes / c
+    return p.rho(n) * (2 * (depth + c - 1) * (p.alpha + 2 * seg * p.beta) + 2 * nbytes * p.gamma)
+
+
+def run(call, buf, reduce):
+    n, r = call.size, call.rank
+    if n == 1:
+        return
+    parent = (r - 1) // 2 if r else None
+    children = [c for c in (2 * r + 1, 2 * r + 2) if c < n]
+    pieces = segments(0, buf.size, seg_elems(buf.itemsize))
+    width = pieces[0][1] - pieces[0][0]
+    tmps = {c: (call.state.scratch(("tree", c, 0), width, buf.dtype),
+                call.state.scratch(("tree", c, 1), width, buf.dtype)) for c in children}
+
+    def post_up(i):
+        lo, hi = pieces[i]
+        return [call.irecv(tmps[c][i % 2][: hi - lo], c) for c in children]
+
+    down = []          # (lo, hi, receive) of result segments from the parent
+    forwarded = 0
+
+    def forward_ready(block):
+        nonlocal forwarded
+        while forwarded < len(down):
+            lo, hi, rv = down[forwarded]
+            if block:
+                call.wait(rv)
+            elif not call.test(rv):
+                return
+            for c in children:
+                call.isend(buf[lo:hi], c)
+            forwarded += 1
+
+    nxt = post_up(0) if children else []
+    for i, (lo, hi) in enumerate(pieces):
+        cur = nxt
+        if children and i + 1 < len(pieces):
+            nxt = post_up(i + 1)
+        for c, rv in zip(children, cur):
+            call.wait(rv)
+            reduce(buf[lo:hi], tmps[c][i % 2][: hi - lo])
+        if parent is None:
+            for c in children:
+                call.isend(buf[lo:hi], c)
+        else:
+            call.isend(buf[lo:hi], parent)
+            down.append((lo, hi, call.irecv(buf[lo:hi], parent)))
+            forward_ready(False)
+    forward_ready(True)
