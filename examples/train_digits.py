@@ -92,6 +92,7 @@ def main(argv=None):
     from tqdm import tqdm
 
     args = parse_args(argv)
+    nn.backend.keep_freed_memory()          # reuse activation memory step after step
     model = build_model(args.seed)
     train_loader, test_loader = load_data(args.batch_size, args.seed)
     optimizer = optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True,

@@ -22,14 +22,22 @@ def _im2col(x, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, col):
         c, i, j = r // (kh * kw), (r // kw) % kh, r % kw
         h_lo, h_hi = _valid(Ho, H, sh, i * dh - ph)
         w_lo, w_hi = _valid(Wo, W, sw, j * dw - pw)
+        offw = j * dw - pw
         row = col[r]
-        row[:] = 0
         for n in range(N):
+            base = n * Ho * Wo
+            row[base:base + h_lo * Wo] = 0                     # rows above the image
             for ho in range(h_lo, h_hi):
-                h = ho * sh - ph + i * dh
-                out = (n * Ho + ho) * Wo
-                for wo in range(w_lo, w_hi):
-                    row[out + wo] = x[n, c, h, wo * sw - pw + j * dw]
+                out = base + ho * Wo
+                src = x[n, c, ho * sh - ph + i * dh]
+                row[out:out + w_lo] = 0
+                if sw == 1:                                     # one contiguous run
+                    row[out + w_lo:out + w_hi] = src[w_lo + offw:w_hi + offw]
+                else:
+                    for wo in range(w_lo, w_hi):
+                        row[out + wo] = src[wo * sw + offw]
+                row[out + w_hi:out + Wo] = 0
+            row[base + h_hi * Wo:base + Ho * Wo] = 0           # rows below the image
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -121,6 +121,8 @@ def _cell(samples):
 
 def run(rounds=5, iters=10, threads=None, with_torch=True, warmup=3):
     """{workload: {"ours": [seconds per step, one per round], "torch": [...]}}."""
+    from commrt.nn.backend import keep_freed_memory
+    keep_freed_memory()                  # process-wide: both engines allocate alike
     threads = threads or os.cpu_count()
     _set_threads(threads)
     if with_torch:

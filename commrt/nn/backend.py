@@ -46,3 +46,26 @@ def to_device(array, device):
     index = int(device.split(":")[1]) if ":" in device else 0
     with cupy.cuda.Device(index):
         return cupy.asarray(array)
+
+
+def keep_freed_memory():
+    """Ask glibc's malloc to keep freed blocks for reuse instead of returning
+    them to the kernel.
+
+    A training step allocates and frees the same large activations every
+    step; by default glibc serves each from fresh ``mmap`` pages whose first
+    touch page-faults (measured: a LeNet forward at 16 ms instead of 4 ms on
+    2 cores).  Process-wide, like choosing jemalloc; the process keeps its
+    peak heap.  Returns False where it does not apply (not glibc)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    limit = 1 << 30                          # blocks up to 1 GiB come from the heap
+    return bool(mallopt(M_MMAP_THRESHOLD, limit)) and bool(mallopt(M_TRIM_THRESHOLD, 2 * limit))

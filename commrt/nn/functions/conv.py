@@ -117,27 +117,37 @@ def _unpad(g, padding):
 
 
 class MaxPool2d(Function):
-    """Maximum over each window; the gradient goes to the first maximum."""
+    """Maximum over each window; the gradient goes to the first maximum of the
+    window (taps in row-major order), found again in backward by comparing
+    each tap with the output, so forward is only kh*kw elementwise maxima."""
 
     def forward(self, x):
         xp = get_array_module(x)
         padded = _pad(x, self.padding, -xp.inf)      # padding never wins
         taps = _taps(padded.shape, self.kernel_size, self.stride)
         y = padded[taps[0]].copy()
-        winner = xp.zeros(y.shape, dtype=xp.int8 if len(taps) < 128 else xp.int32)
-        for t, tap in enumerate(taps[1:], 1):
-            view = padded[tap]
-            better = view > y
-            xp.copyto(y, view, where=better)
-            winner[better] = t
-        self.winner, self.padded_shape = winner, padded.shape
+        for tap in taps[1:]:
+            xp.maximum(y, padded[tap], out=y)
+        self.padded, self.y = padded, y
         return y
 
     def backward(self, gy):
         xp = get_array_module(gy)
-        gx = xp.zeros(self.padded_shape, dtype=gy.dtype)
-        for t, tap in enumerate(_taps(self.padded_shape, self.kernel_size, self.stride)):
-            gx[tap] += xp.where(self.winner == t, gy, 0)
+        padded, y = self.padded, self.y
+        disjoint = self.stride[0] >= self.kernel_size[0] and self.stride[1] >= self.kernel_size[1]
+        gx = xp.zeros(padded.shape, dtype=gy.dtype)
+        taken = None
+        for tap in _taps(padded.shape, self.kernel_size, self.stride):
+            hit = padded[tap] == y
+            if taken is None:
+                taken = hit
+            else:
+                xp.greater(hit, taken, out=hit)      # hit and not yet taken
+                taken |= hit
+            if disjoint:                             # windows do not overlap: write in place
+                xp.multiply(gy, hit, out=gx[tap])
+            else:
+                gx[tap] += gy * hit
         return (_unpad(gx, self.padding),)
 
 
