@@ -1,6 +1,10 @@
 """im2col / col2im on the CPU with Numba, parallel over rows (im2col) and
 over image planes (col2im) so that no two threads write the same element.
-Same layout and geometry as the NumPy reference in ``im2col.py``."""
+Same layout and geometry as the NumPy reference.
+
+The innermost loops run over sub-views from index 0: Numba then knows the
+index is never negative, drops its wrap-around check and vectorises (twice
+as fast as indexing the whole row with an offset)."""
 import numpy as np
 
 from commrt.kernels._jit import njit, prange
@@ -15,7 +19,15 @@ def _valid(n_out, size, stride, offset):
     return lo, max(lo, hi)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(cache=True, inline="always")
+def _fill(a, lo, hi):
+    """Zero a[lo:hi]."""
+    v = a[lo:hi]
+    for q in range(v.shape[0]):
+        v[q] = 0
+
+
+@njit(parallel=True, cache=True, nogil=True, fastmath=True)
 def _im2col(x, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, col):
     N, C, H, W = x.shape
     for r in prange(C * kh * kw):
@@ -23,40 +35,57 @@ def _im2col(x, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, col):
         h_lo, h_hi = _valid(Ho, H, sh, i * dh - ph)
         w_lo, w_hi = _valid(Wo, W, sw, j * dw - pw)
         offw = j * dw - pw
+        cnt = w_hi - w_lo
         row = col[r]
         for n in range(N):
             base = n * Ho * Wo
-            row[base:base + h_lo * Wo] = 0                     # rows above the image
+            _fill(row, base, base + h_lo * Wo)
             for ho in range(h_lo, h_hi):
                 out = base + ho * Wo
+                _fill(row, out, out + w_lo)
                 src = x[n, c, ho * sh - ph + i * dh]
-                row[out:out + w_lo] = 0
-                if sw == 1:                                     # one contiguous run
-                    row[out + w_lo:out + w_hi] = src[w_lo + offw:w_hi + offw]
+                dv = row[out + w_lo:out + w_hi]
+                start = w_lo * sw + offw
+                if sw == 1:
+                    sv = src[start:start + cnt]
+                    for q in range(cnt):
+                        dv[q] = sv[q]
                 else:
-                    for wo in range(w_lo, w_hi):
-                        row[out + wo] = src[wo * sw + offw]
-                row[out + w_hi:out + Wo] = 0
-            row[base + h_hi * Wo:base + Ho * Wo] = 0           # rows below the image
+                    sv = src[start:]
+                    for q in range(cnt):
+                        dv[q] = sv[q * sw]
+                _fill(row, out + w_hi, out + Wo)
+            _fill(row, base + h_hi * Wo, base + Ho * Wo)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True, fastmath=True)
 def _col2im(col, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, out):
     N, C, H, W = out.shape
     for p in prange(N * C):
         n, c = p // C, p % C
         plane = out[n, c]
-        plane[:] = 0
+        for h in range(H):
+            _fill(plane[h], 0, W)
         for i in range(kh):
             h_lo, h_hi = _valid(Ho, H, sh, i * dh - ph)
             for j in range(kw):
-                w_lo, w_hi = _valid(Wo, W, sw, j * dw - pw)
+                offw = j * dw - pw
+                w_lo, w_hi = _valid(Wo, W, sw, offw)
+                cnt = w_hi - w_lo
                 row = col[(c * kh + i) * kw + j]
                 for ho in range(h_lo, h_hi):
-                    h = ho * sh - ph + i * dh
-                    base = (n * Ho + ho) * Wo
-                    for wo in range(w_lo, w_hi):
-                        plane[h, wo * sw - pw + j * dw] += row[base + wo]
+                    base = (n * Ho + ho) * Wo + w_lo
+                    s = row[base:base + cnt]
+                    d = plane[ho * sh - ph + i * dh]
+                    start = w_lo * sw + offw
+                    if sw == 1:
+                        dv = d[start:start + cnt]
+                        for q in range(cnt):
+                            dv[q] += s[q]
+                    else:
+                        dv = d[start:]
+                        for q in range(cnt):
+                            dv[q * sw] += s[q]
 
 
 def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
