@@ -195,6 +195,17 @@ def test_cli_commrt_quick():
     _check_p2p_tables(out, ["0 B", "8 B", "64 KiB", "1 MiB"], ["commrt shm", "commrt tcp"])
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not (HAVE_COMMRT and _has("commrt.testing")),
+                    reason="commrt.comm or commrt.testing is not there yet")
+def test_cli_commrt_world_starter():
+    rc, out, err = _bench("--starter", "world", "--transports", "shm", "--sizes", "8,64K",
+                          "--iters", "5", "--rounds", "1", "--timeout", "60",
+                          timeout=100)
+    assert rc == 0, out + err
+    _check_p2p_tables(out, ["8 B", "64 KiB"], ["commrt shm"])
+
+
 @pytest.mark.timeout(200)
 @pytest.mark.skipif(not HAVE_COMMRT, reason="commrt.comm (the transport) is not built yet")
 def test_cli_commrt_overlap_ring_memory_quick():
