@@ -98,3 +98,9 @@ def describe() -> str:
     for k in KNOBS.values():
         rows.append(f"| `{k.name}` | `{k.default}` | {k.doc} |")
     return "\n".join(rows)
+
+
+if __name__ == "__main__":      # python -m commrt.config > docs/configuration.md
+    print("# Configuration\n\nEvery knob is an environment variable, read when needed "
+          "(so set it before `commrt.init()`).\n")
+    print(describe())
