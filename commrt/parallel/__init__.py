@@ -1,0 +1,34 @@
+"""commrt.parallel: distributed training on the public Communicator API.
+
+Data parallel (DistributedOptimizer, broadcast_parameters,
+broadcast_optimizer_state, DistributedSampler), asynchronous SGD with a
+parameter server, model parallel (differentiable send/recv), pipeline
+parallel (GPipe, 1F1B, PipeDream) and the timeline.  Names load lazily.
+"""
+_LAZY = {}
+
+
+def _export(module, *names):
+    for name in names:
+        _LAZY[name] = module
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'commrt.parallel' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+# Each engineer adds the names of their module here, one line each.
+_export("commrt.parallel.data_parallel", "DistributedOptimizer", "broadcast_parameters",
+        "broadcast_optimizer_state")
+_export("commrt.parallel.sampler", "DistributedSampler")
+_export("commrt.parallel.param_server", "ParameterServer", "AsyncWorker", "run_async_sgd")
+_export("commrt.parallel.model_parallel", "send_forward", "recv_forward", "Stage")
+_export("commrt.parallel.pipeline", "Pipeline", "GPipeSchedule", "OneFOneBSchedule")
+_export("commrt.parallel.timeline", "Timeline", "span")
