@@ -118,8 +118,10 @@ def _parallel_min_bytes():
 
 
 def _has_numba_kernel(dtype):
-    # complex: NumPy's loops (Numba's complex product rounds differently)
-    return dtype != _F16 and dtype.kind in "biuf" and dtype.isnative
+    # Complex too: NumPy's complex product rounds differently from loop to loop
+    # (SIMD with FMA or not, by alignment), so a*b and b*a on two ranks could
+    # differ in the last bit; Numba's one loop is commutative bit for bit.
+    return dtype != _F16 and dtype.kind in "biufc" and dtype.isnative
 
 
 def _slow_plan(op, dtype):

@@ -32,6 +32,7 @@ Meta layout (bit offsets): seq 0-15, kind 16-20, algorithm 21-24, dtype
 """
 import collections
 import queue
+import re
 import threading
 import time
 
@@ -39,10 +40,11 @@ import numpy as np
 
 from commrt import config
 from commrt.errors import (CollectiveMismatchError, CommError, CommTimeoutError,
-                           MessageTruncatedError)
+                           MessageTruncatedError, PeerLostError)
 
 TAG = 7
 PROBE_TAG = 8
+_LOST = re.compile(r"lost peer rank (\d+) \(seen by rank (\d+)\)")
 
 KINDS = ("none", "barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather",
          "scatter", "reduce_scatter", "all_to_all", "broadcast_obj", "all_gather_obj",
@@ -111,6 +113,9 @@ class CommState:
         self._worker = None
         self.probe_req = None                    # posted receive for probes, once needed
         self.probe_buf = np.zeros(2, np.uint64)
+        # knobs, read once per communicator (a collective call must stay cheap)
+        self.timeout = config.get("COMMRT_TIMEOUT")
+        self.probe_s = config.get("COMMRT_COLL_PROBE_S")
 
     def scratch(self, slot, count, dtype):
         """A reusable buffer of `count` elements (one per slot; contents undefined)."""
@@ -220,10 +225,10 @@ class Call:
                          DTYPE_CODE.get(self.dtype, 31) if self.dtype is not None else 0,
                          op.value if op is not None else 0, root)
         st.history.append((self.seq, self.meta, count))
-        self.timeout = config.get("COMMRT_TIMEOUT") if timeout is None else float(timeout)
+        self.timeout = st.timeout if timeout is None else float(timeout)
         self.deadline = None
         self.sends = []
-        self.probe_s = config.get("COMMRT_COLL_PROBE_S")
+        self.probe_s = st.probe_s
 
     @property
     def name(self):
@@ -316,9 +321,25 @@ class Call:
     def _failed(self, exc, peer):
         if isinstance(exc, CollectiveMismatchError):
             self.state.poisoned = str(exc)
+            m = _LOST.match(str(exc))
+            if m:  # another rank lost a peer and told us: the same error here
+                raise PeerLostError(int(m.group(1)), f"seen by rank {m.group(2)}", op=self.name,
+                                    tag=TAG) from None
+            raise exc
+        if isinstance(exc, PeerLostError):
+            # Ranks waiting on us (not on the dead one) would wait for the
+            # timeout: fail the collective everywhere now.
+            reason = f"lost peer rank {exc.rank} (seen by rank {self.rank}) in {self.name}"
+            if self.state.poisoned is None:
+                self.state.poisoned = reason
+                try:
+                    self.coll._abort(reason)
+                except CommError:
+                    pass
             raise exc
         if isinstance(exc, MessageTruncatedError):
-            reason = (f"rank {self.rank} in {describe_meta(self.meta, self.count)}: rank "
+            reason = (f"collective mismatch: rank {self.rank} in "
+                      f"{describe_meta(self.meta, self.count)}: rank "
                       f"{exc.source} sent {exc.message_bytes} B where {exc.buffer_bytes} B were "
                       f"expected (count or dtype differ)")
             self._abort(reason)
@@ -424,5 +445,11 @@ def segments(lo, hi, seg):
     return [(s, min(s + seg, hi)) for s in range(lo, hi, seg)]
 
 
+_SEG_BYTES = []
+
+
 def seg_elems(itemsize):
-    return max(1, config.get("COMMRT_RING_SEGMENT_BYTES") // itemsize)
+    """Elements per segment of the pipelined algorithms (COMMRT_RING_SEGMENT_BYTES, read once)."""
+    if not _SEG_BYTES:
+        _SEG_BYTES.append(config.get("COMMRT_RING_SEGMENT_BYTES"))
+    return max(1, _SEG_BYTES[0] // itemsize)

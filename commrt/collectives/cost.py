@@ -213,21 +213,36 @@ def predict_allreduce(comm, nbytes, p=None):
 
 
 def choose_allreduce(comm, nbytes):
+    """The all-reduce algorithm for nbytes on comm: COMMRT_ALLREDUCE_ALGO, else the
+    cheapest by the model (memoised per size; the same on every rank)."""
+    from commrt.collectives._engine import state_of
+
     forced = config.get("COMMRT_ALLREDUCE_ALGO")
     if forced:
         return forced
     if comm.size == 1:
         return "ring"
-    pred = predict_allreduce(comm, nbytes)
-    return min(pred, key=pred.get)
+    memo = state_of(comm).cache.setdefault("allreduce_choice", {})
+    algo = memo.get(nbytes)
+    if algo is None:
+        pred = predict_allreduce(comm, nbytes)
+        algo = memo[nbytes] = min(pred, key=pred.get)
+    return algo
 
 
 def choose(module, comm, nbytes):
     """The cheapest of a collective module's ALGORITHMS (broadcast, reduce, ...)."""
+    from commrt.collectives._engine import state_of
+
     if comm.size == 1:
         return module.ALGORITHMS[0]
-    p = params(comm)
-    return min(module.ALGORITHMS, key=lambda a: module.cost(a, comm.size, nbytes, p))
+    memo = state_of(comm).cache.setdefault(("choice", module.__name__), {})
+    algo = memo.get(nbytes)
+    if algo is None:
+        p = params(comm)
+        algo = memo[nbytes] = min(module.ALGORITHMS,
+                                  key=lambda a: module.cost(a, comm.size, nbytes, p))
+    return algo
 
 
 def describe(comm):

@@ -218,12 +218,17 @@ def traffic(comm, kind, algo, n, dtype="float32", root=0):
         elif kind == "barrier":
             C.barrier(comm)
 
+    # Barriers move no payload.  The snapshots sit between barriers so that no rank
+    # has started the measured collective before all took the first one, and all
+    # have finished it before any takes the second.
     once()  # warm-up (and the cost model's calibration, if any)
     C.barrier(comm)
     s0, r0, h0, _ = _sent_recv(comm)
+    C.barrier(comm)
     once()
+    C.barrier(comm)
     s1, r1, h1, _ = _sent_recv(comm)
-    C.barrier(comm)  # the barrier's own traffic is outside the window
+    C.barrier(comm)
     return {"sent": s1 - s0, "recv": r1 - r0, "hdr": h1 - h0}
 
 

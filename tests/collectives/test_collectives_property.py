@@ -28,9 +28,9 @@ def valid(op, dtype):
     return True
 
 
-def counts(world):
+def counts(world, large=70_001):
     n = world.size
-    return st.sampled_from(sorted({0, 1, 7, n - 1, n + 1, 3 * n + 2, 1001, 70_001}))
+    return st.sampled_from(sorted({0, 1, 7, n - 1, n + 1, 3 * n + 2, 1001, large}))
 
 
 def budget(world, shm, tcp):
@@ -41,9 +41,9 @@ COMMON = dict(deadline=None, database=None, suppress_health_check=list(HealthChe
 
 
 @given(data=st.data())
-@settings(max_examples=40, **COMMON)
+@settings(max_examples=30, **COMMON)
 def test_all_reduce(world, data):
-    if data.draw(st.integers(0, 99)) >= budget(world, 100, 45):
+    if data.draw(st.integers(0, 99)) >= budget(world, 100, 50):
         return
     op = data.draw(st.sampled_from(OPS))
     dtype = data.draw(st.sampled_from([d for d in DTYPES if valid(op, d)]))
@@ -56,14 +56,18 @@ def test_all_reduce(world, data):
 
 @pytest.mark.parametrize("algo", list(ALGORITHMS["all_reduce"]))
 def test_all_reduce_large_and_async(world, algo):
+    if world.transport == "tcp" and world.size not in (2, 5, 8):
+        pytest.skip("large messages over TCP: sizes 2, 5 and 8 cover it")
     n = 3 * (1 << 18) + world.size  # 3 MiB of float32, several segments per chunk
     digests = world.run(R.all_reduce, 7, n, "float32", "SUM", algo, True, timeout=90)
     assert len(set(digests)) == 1
 
 
 @given(data=st.data())
-@settings(max_examples=25, **COMMON)
+@settings(max_examples=16, **COMMON)
 def test_broadcast_and_reduce(world, data):
+    if data.draw(st.integers(0, 99)) >= budget(world, 100, 50):
+        return
     n = data.draw(counts(world))
     dtype = data.draw(st.sampled_from(DTYPES))
     root = data.draw(st.integers(0, world.size - 1))
@@ -76,9 +80,11 @@ def test_broadcast_and_reduce(world, data):
 
 
 @given(data=st.data())
-@settings(max_examples=25, **COMMON)
+@settings(max_examples=16, **COMMON)
 def test_gathers_and_scatters(world, data):
-    n = data.draw(counts(world))
+    if data.draw(st.integers(0, 99)) >= budget(world, 100, 50):
+        return
+    n = data.draw(counts(world, large=20_001))  # per block: buffers hold size x n
     dtype = data.draw(st.sampled_from(DTYPES))
     seed = data.draw(st.integers(0, 2**31))
     root = data.draw(st.integers(0, world.size - 1))

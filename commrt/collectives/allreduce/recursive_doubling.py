@@ -3,8 +3,9 @@
 Steps (p' = largest power of two <= N; non-powers of two fold first, see _fold):
   for mask = 1, 2, 4, ... < p': exchange the whole buffer with virtual rank
   v XOR mask and reduce the partner's copy into one's own.
-Each step combines two equal partial results in the same order on both
-partners (the ops commute), so all ranks end bitwise equal.
+Both partners combine the two partial results with the lower virtual rank's
+as the left operand, so all ranks end bitwise equal even where an op does
+not commute bit for bit (min of 0.0 and -0.0, NaN payloads).
 
 Cost: log2(p')·(α + K·β + K·γ) [+ 2(α + K·β) + K·γ when N is not a power of two].
 Fewest steps of all; moves K bytes per step, so only for small K.
@@ -41,6 +42,10 @@ def run(call, buf, reduce):
             call.isend(buf, partner)
             call.wait(rv)
             call.wait_sends()  # the partner has our copy; buf may change now
-            reduce(buf, tmp)
+            if v < v ^ mask:
+                reduce(buf, tmp)
+            else:  # same operand order on both partners: bitwise equal even for
+                reduce(tmp, buf)  # min(0.0, -0.0) or NaN payloads
+                buf[...] = tmp
             mask <<= 1
     _fold.fold_out(call, buf, rem)

@@ -1,0 +1,109 @@
+"""The measurement loop of the collective benchmarks, written once for every backend.
+
+A backend hands ``measure`` an object with:
+
+    rank, size
+    run(kind, algo, out, buf)   one collective (kind: all_reduce, broadcast,
+                                reduce_scatter, all_gather), float32 SUM, in place
+    barrier()
+    agree(x) -> float           the maximum of x over ranks (for times and counts)
+
+Sizes follow nccl-tests: for all_reduce and broadcast the buffer; for
+all_gather the output (N blocks); for reduce_scatter the input (N blocks).
+Per (size, algorithm): one checked run (values rank+1, outside the timed
+region), warm-up, then a number of iterations chosen so the loop fills
+``target_s`` (agreed by all ranks), timed between barriers.  The time of
+one collective is the slowest rank's average.
+"""
+import time
+
+import numpy as np
+
+
+def _buffers(kind, nbytes, size):
+    count = max(1, nbytes // 4)
+    if kind in ("all_gather", "reduce_scatter"):
+        block = max(1, count // size)
+        big = np.zeros(block * size, np.float32)
+        small = np.zeros(block, np.float32)
+        return (big, small) if kind == "all_gather" else (small, big)
+    return None, np.zeros(count, np.float32)
+
+
+def _check(ops, kind, algo, out, buf):
+    r, n = ops.rank, ops.size
+    if kind == "all_reduce":
+        buf[...] = r + 1
+        ops.run(kind, algo, out, buf)
+        ok = np.all(buf == n * (n + 1) / 2)
+    elif kind == "broadcast":
+        buf[...] = r + 1
+        ops.run(kind, algo, out, buf)
+        ok = np.all(buf == 1)
+    elif kind == "all_gather":
+        buf[...] = r + 1
+        ops.run(kind, algo, out, buf)
+        ok = np.all(out.reshape(n, -1) == np.arange(1, n + 1, dtype=np.float32)[:, None])
+    else:
+        buf[...] = r + 1
+        ops.run(kind, algo, out, buf)
+        ok = np.all(out == n * (n + 1) / 2)
+    if ops.agree(0.0 if ok else 1.0) != 0.0:
+        raise AssertionError(f"{kind} {algo}: wrong result on some rank")
+
+
+def measure(ops, spec):
+    kind = spec["kind"]
+    target = spec.get("target_s", 0.1)
+    out_rows = []
+    for nbytes in spec["sizes"]:
+        out, buf = _buffers(kind, nbytes, ops.size)
+        for algo in spec["algos"]:
+            _check(ops, kind, algo, out, buf)
+            ops.barrier()
+            t0 = time.perf_counter()
+            for _ in range(2):
+                ops.run(kind, algo, out, buf)
+            est = ops.agree((time.perf_counter() - t0) / 2)
+            iters = int(min(spec.get("max_iters", 2000), max(3, target / max(est, 1e-7))))
+            ops.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                ops.run(kind, algo, out, buf)
+            t = ops.agree((time.perf_counter() - t0) / iters)
+            out_rows.append({"bytes": nbytes, "algo": algo, "time_s": t, "iters": iters})
+    return {"rank": ops.rank, "size": ops.size, "rows": out_rows}
+
+
+# -- commrt (a World rank) ----------------------------------------------------------
+class CommrtOps:
+    def __init__(self, comm):
+        import commrt.collectives as C
+
+        self.C, self.comm = C, comm
+        self.rank, self.size = comm.rank, comm.size
+        self._x = np.zeros(1, np.float64)
+
+    def run(self, kind, algo, out, buf):
+        C, comm = self.C, self.comm
+        a = None if algo == "auto" else algo
+        if kind == "all_reduce":
+            C.all_reduce(comm, buf, "SUM", a)
+        elif kind == "broadcast":
+            C.broadcast(comm, buf, 0, algorithm=a)
+        elif kind == "all_gather":
+            C.all_gather(comm, out, buf, algorithm=a)
+        else:
+            C.reduce_scatter(comm, out, buf, "SUM", algorithm=a)
+
+    def barrier(self):
+        self.C.barrier(self.comm)
+
+    def agree(self, x):
+        self._x[0] = x
+        self.C.all_reduce(self.comm, self._x, "MAX", "recursive_doubling")
+        return float(self._x[0])
+
+
+def commrt_entry(comm, spec):
+    return measure(CommrtOps(comm), spec)

@@ -1,0 +1,63 @@
+"""An mpi4py rank of the collective benchmarks.
+
+``mpirun -np N python -m commrt.bench._coll_mpi --spec FILE --out DIR``: the
+loop of ``_coll.measure`` over mpi4py's buffer collectives (Allreduce in
+place, Bcast, Allgather, Reduce_scatter_block), OpenMPI choosing its
+algorithms (the "default" algorithm).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+from commrt.bench import _coll
+from commrt.bench._launch import child_setup, write_json
+
+
+class MpiOps:
+    def __init__(self):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self._x = np.zeros(1, np.float64)
+
+    def run(self, kind, algo, out, buf):
+        c, MPI = self.comm, self.MPI
+        if kind == "all_reduce":
+            c.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        elif kind == "broadcast":
+            c.Bcast(buf, root=0)
+        elif kind == "all_gather":
+            c.Allgather(buf, out)
+        else:
+            c.Reduce_scatter_block(buf, out, op=MPI.SUM)
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def agree(self, x):
+        self._x[0] = x
+        self.comm.Allreduce(self.MPI.IN_PLACE, self._x, op=self.MPI.MAX)
+        return float(self._x[0])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--spec", required=True)
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    child_setup()
+    with open(args.spec) as f:
+        spec = json.load(f)
+    ops = MpiOps()
+    result = _coll.measure(ops, spec)
+    write_json(os.path.join(args.out, f"rank{ops.rank}.json"), result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""A torch.distributed (Gloo) rank of the collective benchmarks.
+
+``python -m commrt.bench._coll_torch --rank R --world N --init file://... --spec FILE --out DIR``:
+the loop of ``_coll.measure`` over dist.all_reduce, broadcast, all_gather_into_tensor
+and reduce_scatter_tensor (Gloo over TCP on 127.0.0.1), on CPU float32 tensors
+sharing memory with the NumPy buffers.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import numpy as np
+
+from commrt.bench import _coll
+from commrt.bench._launch import child_setup, write_json
+
+
+class TorchOps:
+    def __init__(self, rank, world):
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        self.rank, self.size = rank, world
+        self._x = torch.zeros(1, dtype=torch.float64)
+        self._cache = {}
+
+    def _t(self, a):
+        if a is None:
+            return None
+        key = (a.ctypes.data, a.size)
+        t = self._cache.get(key)
+        if t is None:
+            t = self._cache[key] = self.torch.from_numpy(a)
+        return t
+
+    def run(self, kind, algo, out, buf):
+        d = self.dist
+        b, o = self._t(buf), self._t(out)
+        if kind == "all_reduce":
+            d.all_reduce(b)
+        elif kind == "broadcast":
+            d.broadcast(b, 0)
+        elif kind == "all_gather":
+            try:
+                d.all_gather_into_tensor(o, b)
+            except (RuntimeError, AttributeError):
+                d.all_gather(list(o.chunk(self.size)), b)
+        else:
+            try:
+                d.reduce_scatter_tensor(o, b)
+            except (RuntimeError, AttributeError):  # Gloo lacks it: reduce + scatter by hand
+                d.all_reduce(b)
+                m = o.numel()
+                o.copy_(b[self.rank * m:(self.rank + 1) * m])
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def agree(self, x):
+        self._x[0] = x
+        self.dist.all_reduce(self._x, op=self.dist.ReduceOp.MAX)
+        return float(self._x[0])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--spec", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--init", required=True)
+    p.add_argument("--parent", type=int)
+    args = p.parse_args(argv)
+    child_setup(args.parent)
+    with open(args.spec) as f:
+        spec = json.load(f)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world,
+                            timeout=datetime.timedelta(seconds=300))
+    result = _coll.measure(TorchOps(args.rank, args.world), spec)
+    result["library"] = f"torch {torch.__version__} gloo"
+    dist.destroy_process_group()
+    write_json(os.path.join(args.out, f"rank{args.rank}.json"), result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,6 @@
+"""all-gather bandwidth and latency per algorithm, with OpenMPI and Gloo (see allreduce)."""
+from commrt.bench import allreduce
+
+
+def main(argv):
+    return allreduce.main(argv, kind="all_gather")

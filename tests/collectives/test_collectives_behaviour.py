@@ -1,0 +1,169 @@
+"""Traffic proven with comm.stats(), mismatches, a dead rank, sub-communicators,
+async requests, the cost model and the hierarchical algorithm."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import coll_ranks as R
+from commrt.errors import CollectiveMismatchError
+from commrt.testing import World, WorldError
+
+F4 = 4  # bytes per float32
+
+
+def chunk_sizes(count, n):
+    q, r = divmod(count, n)
+    return [q + (1 if i < r else 0) for i in range(n)]
+
+
+def binomial_children(v, n):
+    low = v & -v if v else 1 << max(0, (n - 1).bit_length())
+    return sum(1 for m in (1 << k for k in range(32)) if m < low and v + m < n)
+
+
+# -- traffic, per algorithm ------------------------------------------------------
+@pytest.fixture(scope="module")
+def w5(cost_env):
+    with World(5, transport="shm", env=cost_env, timeout=120) as w:
+        yield w
+
+
+@pytest.fixture(scope="module")
+def w4(cost_env):
+    with World(4, transport="tcp", env=cost_env, timeout=120) as w:
+        yield w
+
+
+def test_ring_traffic_and_headers(w5, w4):
+    for w in (w5, w4):
+        n = w.size
+        count = (1 << 18) + 3  # 1 MiB of float32 and not divisible by n
+        res = w.run(R.traffic, "all_reduce", "ring", count)
+        c = chunk_sizes(count, n)
+        for r, t in enumerate(res):
+            want = 2 * count - c[(r + 1) % n] - c[(r + 2) % n]
+            assert t["sent"] == want * F4, (r, t, want * F4)
+            assert t["recv"] == t["sent"] or n > 2  # symmetric in total
+            assert t["hdr"] < 0.01 * t["sent"], "headers above 1% at 1 MiB"
+        total = sum(t["sent"] for t in res)
+        assert abs(total / n - 2 * (n - 1) / n * count * F4) < 2 * F4 * n
+
+
+def test_ps_traffic(w5):
+    count = 40_000
+    res = w5.run(R.traffic, "all_reduce", "ps", count)
+    k = count * F4
+    assert res[0] == {"sent": 4 * k, "recv": 4 * k, "hdr": res[0]["hdr"]}
+    for t in res[1:]:
+        assert (t["sent"], t["recv"]) == (k, k)
+
+
+def test_tree_reduce_bcast_rabenseifner_rd_traffic(w5, w4):
+    count = 4096
+    k = count * F4
+    n = w5.size
+    res = w5.run(R.traffic, "all_reduce", "tree", count)
+    for r, t in enumerate(res):
+        kids = len([c for c in (2 * r + 1, 2 * r + 2) if c < n])
+        assert t["sent"] == k * (kids + (1 if r else 0)), (r, t)
+        assert t["recv"] == k * (kids + (1 if r else 0)), (r, t)
+    res = w5.run(R.traffic, "all_reduce", "reduce_bcast", count)
+    for r, t in enumerate(res):
+        kids = binomial_children(r, n)
+        assert t["sent"] == k * (kids + (1 if r else 0)), (r, t)
+    # power of two: exactly 2(N-1)/N K and log2(N) K
+    res = w4.run(R.traffic, "all_reduce", "rabenseifner", count)
+    assert all(t["sent"] == 2 * 3 * k // 4 for t in res), res
+    res = w4.run(R.traffic, "all_reduce", "recursive_doubling", count)
+    assert all(t["sent"] == 2 * k for t in res), res
+    # non-power of two: the folded pair moves K more each way
+    res = w5.run(R.traffic, "all_reduce", "recursive_doubling", count)
+    assert [t["sent"] for t in res] == [k, 3 * k, 2 * k, 2 * k, 2 * k]
+
+
+def test_other_collectives_traffic(w5):
+    n, count = w5.size, 3001
+    k = count * F4
+    for algo in ("binomial", "pipeline"):
+        res = w5.run(R.traffic, "broadcast", algo, count, "float32", 2)
+        for r, t in enumerate(res):
+            assert t["recv"] == (0 if r == 2 else k), (algo, r, t)
+        assert sum(t["sent"] for t in res) == (n - 1) * k
+    res = w5.run(R.traffic, "reduce", "binomial", count, "float32", 1)
+    assert [t["sent"] for t in res] == [k if r != 1 else 0 for r in range(n)]
+    for kind, algo in (("all_gather", "ring"), ("all_gather", "bruck"),
+                       ("reduce_scatter", "ring"), ("reduce_scatter", "direct")):
+        res = w5.run(R.traffic, kind, algo, count)
+        assert all(t["sent"] == (n - 1) * k and t["recv"] == (n - 1) * k for t in res), (kind, algo, res)
+    res = w5.run(R.traffic, "gather", None, count, "float32", 3)
+    assert res[3]["recv"] == (n - 1) * k and all(t["sent"] == k for r, t in enumerate(res) if r != 3)
+    res = w5.run(R.traffic, "scatter", None, count, "float32", 3)
+    assert res[3]["sent"] == (n - 1) * k and all(t["recv"] == k for r, t in enumerate(res) if r != 3)
+    res = w5.run(R.traffic, "all_to_all", None, count)
+    assert all(t["sent"] == (n - 1) * k for t in res)
+    res = w5.run(R.traffic, "barrier", None, 1)
+    assert all(t["sent"] == 0 for t in res)
+
+
+def test_ring_reduce_traffic(w4):
+    n, count = w4.size, 4000
+    k = count * F4
+    res = w4.run(R.traffic, "reduce", "ring", count, "float32", 0)
+    for r, t in enumerate(res):
+        assert t["sent"] == (n - 1) * k // n + (k // n if r else 0), (r, t)
+
+
+# -- mismatches -----------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["op", "count", "dtype", "root", "kind", "silent", "algo", "async"])
+def test_mismatch_raises_on_every_rank(w5, case):
+    res = w5.run(R.mismatch, case, timeout=60)
+    for r, (where, msg, elapsed) in enumerate(res):
+        assert where == "raised", (r, case, res)
+        assert "mismatch" in msg, msg
+        assert elapsed < 20, (r, elapsed)
+    w5.run(R.all_reduce, 1, 10, "float32", "SUM", "ring")  # the world itself is still fine
+
+
+def test_mismatch_message_names_ranks_and_fields(w5):
+    res = w5.run(R.mismatch, "op")
+    msg = res[0][1]
+    assert "all_reduce" in msg and "op" in msg and "rank" in msg, msg
+
+
+def test_dead_rank_fails_others_fast(tmp_path):
+    with World(3, transport="shm", timeout=60) as w:
+        with pytest.raises(WorldError, match="rank 2"):
+            w.run(R.dead_rank, str(tmp_path), 1 << 16, timeout=30)
+    for r in (0, 1):
+        res = json.loads((tmp_path / f"{r}.json").read_text())
+        assert res["error"] == "PeerLostError", res
+        assert res["elapsed"] < 2.5, res
+
+
+# -- sub-communicators, async, cost model, hierarchical ---------------------------------
+def test_subcommunicators_run_concurrently(w5, w4):
+    w5.run(R.subcomm_concurrency, 1, 10_001, timeout=90)
+    w4.run(R.subcomm_concurrency, 2, 333, timeout=90)
+
+
+def test_cost_model_choice_agrees_and_override(w5):
+    res = w5.run(R.choose, 8)
+    assert len({r[0] for r in res}) == 1
+    p = res[0][1]
+    assert p["alpha"] > 0 and p["beta"] > 0 and p["gamma"] > 0
+    assert all(r[1] == p for r in res), "every rank must use rank 0's parameters"
+    big = w5.run(R.choose, 64 << 20)
+    assert big[0][0] in ("ring", "rabenseifner", "tree", "ps", "reduce_bcast")
+    forced = w5.run(R.choose, 64 << 20, "tree")
+    assert all(r[0] == "tree" for r in forced)
+
+
+def test_hierarchical_sends_only_leaders_across_hosts(w5):
+    hosts = ["a", "a", "b", "b", "b"]
+    count = 10_000
+    cross = w5.run(R.hierarchical, 3, count, hosts)
+    k = count * 8
+    # leaders 0 and 2 run a 2-rank ring: each sends K/2 twice; nobody else crosses
+    assert cross[0] + cross[2] == 2 * k and cross[1] == cross[3] == cross[4] == 0, cross
