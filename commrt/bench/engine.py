@@ -18,7 +18,9 @@ import numpy as np
 
 
 def _set_threads(n):
-    import numba
+    # through commrt's own import: it selects Numba's fork-safe workqueue layer,
+    # whose idle threads sleep; Numba's default (OpenMP) would spin beside BLAS
+    from commrt.kernels._jit import numba
     numba.set_num_threads(n)
     try:
         from threadpoolctl import threadpool_limits
@@ -148,13 +150,17 @@ def run(rounds=5, iters=10, threads=None, with_torch=True, warmup=3):
 
 
 def table(results):
-    lines = ["| workload | commrt ms, median (min-max) | PyTorch ms, median (min-max) | ratio |",
-             "|---|---|---|---|"]
+    """Markdown table.  'ratio' divides the medians; 'per-round ratio' is the
+    median of each round's ours/theirs, which cancels drift between rounds."""
+    lines = ["| workload | commrt ms, median (min-max) | PyTorch ms, median (min-max) | ratio "
+             "| per-round ratio |", "|---|---|---|---|---|"]
     for name, s in results.items():
-        theirs = s.get("torch", [])
-        ratio = (f"{statistics.median(s['ours']) / statistics.median(theirs):.2f}x"
-                 if theirs else "n/a")
-        lines.append(f"| {name} | {_cell(s['ours'])} | {_cell(theirs)} | {ratio} |")
+        ours, theirs = s["ours"], s.get("torch", [])
+        ratio = paired = "n/a"
+        if theirs:
+            ratio = f"{statistics.median(ours) / statistics.median(theirs):.2f}x"
+            paired = f"{statistics.median(a / b for a, b in zip(ours, theirs)):.2f}x"
+        lines.append(f"| {name} | {_cell(ours)} | {_cell(theirs)} | {ratio} | {paired} |")
     return "\n".join(lines)
 
 
