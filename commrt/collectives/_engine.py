@@ -296,11 +296,6 @@ class Call:
 
     # waiting -------------------------------------------------------------------------
     def _wait_req(self, req, peer):
-        try:
-            if req.test():
-                return req.wait(0)
-        except CommError as exc:
-            self._failed(exc, peer)
         probe_at = time.monotonic() + self.probe_s
         while True:
             now = time.monotonic()

@@ -79,9 +79,9 @@ def ring(call, buf, root, reduce):
         t, base = tmp[s % 2], b[c]
         return [(lo, hi, call.irecv(t[lo - base:hi - base], left)) for lo, hi in pieces(c)]
 
+    nxt = post(0)  # receives first: the transport matches them without queueing
     for lo, hi in pieces(r):
         call.isend(work[lo:hi], right)
-    nxt = post(0)
     for s in range(n - 1):
         cur = nxt
         last = s == n - 2

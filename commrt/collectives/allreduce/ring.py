@@ -48,9 +48,9 @@ def run(call, buf, reduce):
         return [(lo, hi, call.irecv(t[lo - base:hi - base], left)) for lo, hi in pieces(c)]
 
     # 1. reduce-scatter
+    nxt = post(0)  # receives first: the transport matches them without queueing
     for lo, hi in pieces(r):
         call.isend(buf[lo:hi], right)
-    nxt = post(0)
     for s in range(n_ranks - 1):
         cur = nxt
         last = s == n_ranks - 2
