@@ -142,6 +142,16 @@ def _loadavg():
         return None
 
 
+def load_note(records):
+    """One line: the 1-minute load average seen around these runs."""
+    loads = [x for r in records for x in (r.get("loadavg_before"), r.get("loadavg_after"))
+             if x is not None]
+    if not loads:
+        return ""
+    return (f"\n\n(1-minute load average around these runs: {min(loads):.2f}-{max(loads):.2f} "
+            f"on {os.cpu_count()} cores; above ~1 other work shared the cores)")
+
+
 def _samples(records, name, key, size):
     out = []
     for rec in records:
@@ -487,7 +497,7 @@ def main(argv=None):
         recs = interleaved(names, args.rounds,
                            lambda n, r: run_backend(n, 2, spec, args), log)
         text, summ = p2p_tables(recs, names, args.sizes, tasks)
-        _out("\n" + text)
+        _out("\n" + text + load_note(recs))
         out["runs"]["p2p"], out["summary"]["p2p"] = recs, summ
         failed |= _report_failures(recs)
 
@@ -499,7 +509,7 @@ def main(argv=None):
             log(f"overlap: {', '.join(ov)}")
             recs = interleaved(ov, args.rounds, lambda n, r: run_backend(n, 2, spec, args), log)
             text, summ = overlap_table(recs, ov)
-            _out("\n" + text)
+            _out("\n" + text + load_note(recs))
             out["runs"]["overlap"], out["summary"]["overlap"] = recs, summ
             failed |= _report_failures(recs)
 
@@ -511,7 +521,7 @@ def main(argv=None):
             recs = interleaved(rg, args.rounds, lambda n, r: run_backend(
                 n, args.ring, spec, args, oversubscribe=True), log)
             text, summ = ring_table(recs, rg, args.ring)
-            _out("\n" + text)
+            _out("\n" + text + load_note(recs))
             out["runs"]["ring"], out["summary"]["ring"] = recs, summ
             failed |= _report_failures(recs)
 
@@ -524,7 +534,7 @@ def main(argv=None):
             recs = interleaved(mem, 1, lambda n, r: run_backend(n, 2, spec, args), log)
             time.sleep(0.2)
             text, summ, left = memory_table(recs, mem, before, _dev_shm())
-            _out("\n" + text)
+            _out("\n" + text + load_note(recs))
             out["runs"]["memory"], out["summary"]["memory"] = recs, summ
             out["summary"]["dev_shm_left"] = left
             failed |= _report_failures(recs)
