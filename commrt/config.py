@@ -77,6 +77,7 @@ knob("COMMRT_RING_SEGMENT_BYTES", 256 << 10, _size,
      "Segment size of pipelined collectives (ring, tree, chain): reduce one while the next moves.")
 knob("COMMRT_COLL_PROBE_S", 1.0, float,
      "Seconds a collective waits before probing its peers for a mismatched call (deadlock check).")
+knob("COMMRT_TIMELINE", "", str, "Record a Chrome-trace timeline of this rank to this path (`{rank}` becomes the rank); commrt-launch --timeline sets it per rank.")
 knob("COMMRT_LOG_LEVEL", "WARNING", str, "Logging level of the commrt logger.")
 
 

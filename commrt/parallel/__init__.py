@@ -29,6 +29,8 @@ _export("commrt.parallel.data_parallel", "DistributedOptimizer", "broadcast_para
         "broadcast_optimizer_state")
 _export("commrt.parallel.sampler", "DistributedSampler")
 _export("commrt.parallel.param_server", "ParameterServer", "AsyncWorker", "run_async_sgd")
-_export("commrt.parallel.model_parallel", "send_forward", "recv_forward", "Stage")
-_export("commrt.parallel.pipeline", "Pipeline", "GPipeSchedule", "OneFOneBSchedule")
+_export("commrt.parallel.model_parallel", "send_forward", "recv_forward", "wait_sends", "Stage",
+        "split_layers", "train_model_parallel")
+_export("commrt.parallel.pipeline", "Pipeline", "GPipeSchedule", "OneFOneBSchedule",
+        "PipeDreamSchedule", "train_pipeline", "train_hybrid", "model_layers")
 _export("commrt.parallel.timeline", "Timeline", "span")
