@@ -7,6 +7,7 @@
 Everything after the program name goes to the program untouched.
 """
 import argparse
+import os
 import shlex
 import sys
 
@@ -73,6 +74,12 @@ def build_parser():
                      help="also write each rank's output to DIR/rank.K.log")
     out.add_argument("-v", "--verbose", action="store_true",
                      help="say where the store is and where the ranks go")
+    trace = parser.add_argument_group("timeline")
+    trace.add_argument("--timeline", metavar="FILE",
+                       help="record every rank's compute, communication and waiting spans "
+                            "(COMMRT_TIMELINE, one file per rank) and merge them into FILE, "
+                            "one Chrome trace (Perfetto, chrome://tracing; pid = rank); draw "
+                            "it with `python -m commrt.timeline FILE --png out.png`")
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS...]",
                         help="script (or module with -m) and its arguments, passed untouched")
     return parser
@@ -113,7 +120,8 @@ def spec_from_args(args, parser):
     return JobSpec(nprocs=args.nprocs, command=command, hosts=hosts, ssh_cmd=ssh_cmd,
                    timeout=args.timeout, prefix=not args.no_prefix, log_dir=args.log_dir,
                    env=dict(args.env), bind=args.bind, store_port=args.store_port,
-                   grace=args.grace, verbose=args.verbose)
+                   grace=args.grace, verbose=args.verbose,
+                   timeline=os.path.abspath(args.timeline) if args.timeline else None)
 
 
 def main(argv=None):

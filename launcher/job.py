@@ -57,6 +57,7 @@ class JobSpec:
     store_port: int = 0
     grace: float = 2.0
     verbose: bool = False
+    timeline: Optional[str] = None          # merged Chrome trace to write at the end
 
 
 @dataclass
@@ -115,6 +116,8 @@ class Job:
             wake_r.close()
             wake_w.close()
         self._report()
+        if self.spec.timeline:
+            self._merge_timeline()
         return self.exit_code
 
     def _prepare_store(self):
@@ -178,8 +181,25 @@ class Job:
         }
         if not r.remote:
             env["COMMRT_SECRET_FILE"] = self.secret_file
+        if self.spec.timeline:
+            env["COMMRT_TIMELINE"] = timeline_part(self.spec.timeline, p.rank)
         env.update(self.spec.env)
         return env
+
+    def _merge_timeline(self):
+        """Merge the ranks' timeline files into spec.timeline and remove them."""
+        parts = [timeline_part(self.spec.timeline, r.rank) for r in self.ranks]
+        found = [p for p in parts if os.path.exists(p)]
+        missing = [r.rank for r, p in zip(self.ranks, parts) if p not in found]
+        try:
+            n = merge_timelines(self.spec.timeline, found)
+        except (OSError, ValueError) as exc:
+            _note(f"cannot merge the timeline into {self.spec.timeline}: {exc}")
+            return
+        for p in found:
+            os.unlink(p)
+        _note(f"timeline: {n} spans of {len(found)} rank(s) in {self.spec.timeline}"
+              + (f"; no file from rank(s) {', '.join(map(str, missing))}" if missing else ""))
 
     def _rank_command(self, r):
         import subprocess
@@ -430,6 +450,34 @@ def describe_exit(returncode):
             name = f"signal {-returncode}"
         return f"was killed by {name} (signal {-returncode})"
     return f"exited with code {returncode}"
+
+
+def timeline_part(path, rank):
+    """The file rank ``rank`` writes its timeline to (COMMRT_TIMELINE)."""
+    return f"{path}.rank{rank}.json"
+
+
+def merge_timelines(out, paths):
+    """Concatenate the traceEvents of per-rank Chrome traces (written by
+    commrt.parallel.timeline, pid = rank) into one file, times shifted so the
+    first span starts at 0; returns the number of spans."""
+    import json
+
+    events = []
+    for p in paths:
+        with open(p) as f:
+            data = json.load(f)
+        events.extend(data["traceEvents"] if isinstance(data, dict) else data)
+    stamps = [e["ts"] for e in events if e.get("ph") != "M" and "ts" in e]
+    t0 = min(stamps) if stamps else 0.0
+    for e in events:
+        if e.get("ph") != "M" and "ts" in e:
+            e["ts"] -= t0
+    tmp = f"{out}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+    os.replace(tmp, out)
+    return sum(1 for e in events if e.get("ph") == "X")
 
 
 def omp_share(local_ranks):
