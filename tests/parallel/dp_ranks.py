@@ -184,3 +184,51 @@ def optimizer_state(comm):
     st = inner.state_dict()["state"]
     return {i: {k: (v.copy() if hasattr(v, "copy") else v) for k, v in s.items()}
             for i, s in st.items()}
+
+
+# ---- asynchronous SGD ------------------------------------------------------------------
+def digits_model():
+    nn.manual_seed(0)
+    return nn.LeNet(in_channels=1, num_classes=10, image_size=8, channels=(8, 16), kernel_size=3,
+                    padding=(1, 1), hidden=(32,))
+
+
+def async_digits(comm, n, epochs, servers, staleness):
+    """run_async_sgd on ranks 0..n-1 (the first `servers` serve) over the digits."""
+    from commrt.data import DataLoader, load_digits
+    from commrt.parallel import run_async_sgd
+
+    group = _group(comm, n)
+    if group is None:
+        return None
+    out = run_async_sgd(group, digits_model, load_digits("train"), epochs=epochs, batch_size=48,
+                        lr=0.05, servers=servers, staleness=staleness,
+                        test_loader=DataLoader(load_digits("test"), 256))
+    out["params"] = [p.data.copy() for p in out.pop("model").parameters()]
+    return out
+
+
+def async_reference(epochs, batch_size, lr=0.05, momentum=0.5, weight_decay=5e-4):
+    """What one worker and one server must compute: plain SGD on the worker's
+    sampler order with the server's rule and cosine schedule."""
+    import math
+
+    from commrt.data import DataLoader, load_digits
+    from commrt.parallel import DistributedSampler
+
+    train = load_digits("train")
+    model = digits_model()
+    opt = optim.SGD(model.parameters(), lr=lr, momentum=momentum, nesterov=True,
+                    weight_decay=weight_decay)
+    sampler = DistributedSampler(train, (0, 1), seed=0)
+    loader = DataLoader(train, batch_size, sampler=sampler)
+    total, t = epochs * len(loader), 0
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for images, labels in loader:
+            opt.param_groups[0]["lr"] = 0.5 * lr * (1 + math.cos(math.pi * t / total))
+            opt.zero_grad()
+            F.cross_entropy(model(nn.Tensor(images)), labels).backward()
+            opt.step()
+            t += 1
+    return [p.data.copy() for p in model.parameters()]
