@@ -238,8 +238,27 @@ def train_split(args, comm):
     return train_pipeline(comm, lambda k: build_stages(k, args.seed), train_loader, **kw)
 
 
+class _NoBar:
+    """Stands in for tqdm where it is not installed (``pip install commrt[train]``)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
 def main(argv=None):
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = _NoBar
 
     args = parse_args(argv)
     nn.backend.keep_freed_memory()          # reuse activation memory step after step

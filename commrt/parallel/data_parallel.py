@@ -52,6 +52,7 @@ it in float64 for N = 1..4).
 import numpy as np
 
 from commrt.collectives.ops import AVG, SUM
+from commrt.parallel import timeline
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
            "DEFAULT_BUCKET_BYTES"]
@@ -79,6 +80,7 @@ class _Bucket:
 
     def reset(self):
         self.ready = 0          # parameters whose gradient is in the buffer
+        self.started_ns = 0
         self.filled = [False] * len(self.params)
         self.request = None
 
@@ -219,6 +221,7 @@ class DistributedOptimizer:
 
     def _start(self, bucket, when):
         op = SUM if bucket.buffer.dtype != bucket.params[0].data.dtype else AVG
+        bucket.started_ns = timeline.now_ns()
         bucket.request = self.comm.all_reduce(bucket.buffer, op=op, algorithm=self.algorithm,
                                               async_op=True)
         self.launch_log.append((bucket.index, when))
@@ -240,7 +243,10 @@ class DistributedOptimizer:
                     self._fill(bucket, i)
         self._launch_ready("step")
         for bucket in self.buckets:
-            bucket.request.wait()
+            with timeline.span(f"all-reduce wait bucket {bucket.index}", "wait"):
+                bucket.request.wait()
+            timeline.record(f"all-reduce bucket {bucket.index}", "comm", bucket.started_ns,
+                            timeline.now_ns(), bytes=bucket.nbytes)
             self._unpack(bucket)
             bucket.request = None
         for key in self._passes:

@@ -1,0 +1,22 @@
+"""The README's first command: commrt-launch -n 4 examples/train_digits.py trains
+data parallel to >= 97% and ends with its one-line summary."""
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train_digits.py"
+
+
+@pytest.mark.timeout(240)
+def test_four_ranks_data_parallel_reach_97_percent():
+    proc = subprocess.run([sys.executable, "-m", "commrt.launcher", "-n", "4", str(EXAMPLE),
+                           "--no-progress"], capture_output=True, text=True, timeout=220)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if "test accuracy" in ln]
+    assert len(lines) == 1 and lines[0].startswith("[0] "), proc.stdout   # rank 0 only
+    assert "images/s" in lines[0] and "4 ranks, dp" in lines[0]
+    accuracy = float(re.search(r"test accuracy ([\d.]+)%", lines[0]).group(1))
+    assert accuracy >= 97.0, lines[0]
