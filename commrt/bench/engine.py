@@ -5,9 +5,10 @@
 Both engines run in this process with the same thread count (BLAS, Numba and
 PyTorch's intra-op pool), alternating round by round (A B A B ...) so that a
 machine that drifts between fast and slow states hurts both alike.  Each
-round times ``--iters`` repetitions after a warm-up; the table gives the
-median per repetition over rounds with its min-max, and our time divided by
-PyTorch's.
+round times ``--iters`` repetitions after a warm-up and a short idle pause
+(so that neither engine's spinning thread pool eats into the other's round);
+the table gives the median per repetition over rounds with its min-max, our
+median divided by PyTorch's, and the median of the per-round ratios.
 """
 import argparse
 import os
@@ -121,7 +122,7 @@ def _cell(samples):
     return f"{statistics.median(ms):.2f} ({min(ms):.2f}-{max(ms):.2f})"
 
 
-def run(rounds=5, iters=10, threads=None, with_torch=True, warmup=3):
+def run(rounds=5, iters=10, threads=None, with_torch=True, warmup=3, pause=0.2):
     """{workload: {"ours": [seconds per step, one per round], "torch": [...]}}."""
     from commrt.nn.backend import keep_freed_memory
     keep_freed_memory()                  # process-wide: both engines allocate alike
@@ -144,6 +145,9 @@ def run(rounds=5, iters=10, threads=None, with_torch=True, warmup=3):
         samples = {k: [] for k in steps}
         for _ in range(rounds):                      # interleaved: A B A B ...
             for key, step in steps.items():
+                # idle thread pools spin for a while after their last task
+                # (OpenBLAS ~0.1 s, OpenMP ms): let the other engine's settle
+                time.sleep(pause)
                 samples[key].append(_time(step, iters))
         results[name] = samples
     return results, threads
@@ -171,8 +175,11 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=10, help="steps timed per round (default 10)")
     p.add_argument("--threads", type=int, default=None, help="threads for both (default: all cores)")
     p.add_argument("--no-torch", action="store_true", help="time commrt alone")
+    p.add_argument("--pause", type=float, default=0.2,
+                   help="seconds of idle before each timed round (default 0.2)")
     args = p.parse_args(argv)
-    results, threads = run(args.rounds, args.iters, args.threads, not args.no_torch)
+    results, threads = run(args.rounds, args.iters, args.threads, not args.no_torch,
+                           pause=args.pause)
     print(f"engine benchmark: {threads} threads, {args.rounds} rounds x {args.iters} steps, "
           f"numpy {np.__version__}, torch {_torch_version()}")
     print(table(results))

@@ -3,7 +3,7 @@ from commrt.bench import engine
 
 
 def test_engine_benchmark_prints_a_table(capsys):
-    assert engine.main(["--rounds", "2", "--iters", "1", "--threads", "1"]) == 0
+    assert engine.main(["--rounds", "2", "--iters", "1", "--threads", "1", "--pause", "0"]) == 0
     out = capsys.readouterr().out
     assert "| LeNet train step, batch 64, 1x28x28 |" in out and "| Conv2d fwd+bwd" in out
     assert "per-round ratio" in out
