@@ -24,8 +24,9 @@ Public API
     loss_fn=..., loss_scale=1.0)`` returns the loss (last stage) or the
     delegate (other stages); call ``.backward()`` on what it returns.
 ``GlobalAvgPool()``, ``resnet_layers(model)``, ``partition(costs, k)``,
-``split_layers(layers, k, costs=None)``
-    Split a model into contiguous stages, balanced by a cost per layer.
+``split_layers(layers, k, costs=None)``, ``layer_costs(layers, x)``
+    Split a model into contiguous stages, balanced by a cost per layer
+    (default parameter count; ``layer_costs`` measures forward+backward time).
 ``train_model_parallel(comm, build_stages, data, *, optimizer=None,
         loss_fn=F.cross_entropy, epochs=1, lr_scheduler=None, progress=True,
         on_epoch=None) -> dict``
@@ -61,7 +62,8 @@ from commrt.nn.tensor import Function, Tensor, is_grad_enabled
 from commrt.parallel import timeline
 
 __all__ = ["send_forward", "recv_forward", "wait_sends", "Send", "Recv", "Stage",
-           "GlobalAvgPool", "resnet_layers", "partition", "split_layers", "train_model_parallel"]
+           "GlobalAvgPool", "resnet_layers", "partition", "split_layers", "layer_costs",
+           "train_model_parallel"]
 
 _MAX_DIMS = 8
 _HEADER = 3 + _MAX_DIMS
@@ -292,6 +294,32 @@ def split_layers(layers, k, costs=None):
         costs = [sum(p.size for p in layer.parameters()) + 1 for layer in layers]
     b = partition(costs, k)
     return [Sequential(*layers[b[i]:b[i + 1]]) for i in range(k)]
+
+
+def layer_costs(layers, x, repeats=3):
+    """Measured seconds of each layer's forward + backward on input ``x``
+    (the median of ``repeats``), for ``split_layers(layers, k, costs)``:
+    balancing by time rather than by parameter count."""
+    import statistics
+
+    h = x if isinstance(x, Tensor) else Tensor(x)
+    for layer in layers:                    # warm-up: compilation, first allocations
+        out = layer(Tensor(h.data, requires_grad=True))
+        out.backward(out.xp.ones_like(out.data))
+        h = out.detach()
+    h = x if isinstance(x, Tensor) else Tensor(x)
+    costs = []
+    for layer in layers:
+        times = []
+        for _ in range(repeats):
+            inp = Tensor(h.data, requires_grad=True)
+            t0 = time.perf_counter()
+            out = layer(inp)
+            out.backward(out.xp.ones_like(out.data))
+            times.append(time.perf_counter() - t0)
+        costs.append(statistics.median(times))
+        h = out.detach()
+    return costs
 
 
 def train_model_parallel(comm, build_stages, data, **kw):

@@ -122,3 +122,13 @@ def test_train_hybrid_entry_point(world4):
     res = world4.run(mp_ranks.train_small, "gpipe", 2, timeout=110)
     assert len({r["accuracy"] for r in res}) == 1
     assert res[0]["losses"][-1] < res[0]["losses"][0]
+
+
+def test_bench_modes_runs_and_reports_every_mode(capsys):
+    from commrt.bench import modes
+
+    assert modes.main(["--steps", "2", "--batch", "16", "--micro-batches", "2"]) == 0
+    out = capsys.readouterr().out
+    for mode in modes.MODES:
+        assert f"| {mode} |" in out
+    assert "[2, 2]" in out and "[2, 1]" in out          # GPipe and 1F1B stash peaks, K=2 M=2
