@@ -11,6 +11,7 @@ from commrt.nn.tensor import no_grad
 
 class Optimizer:
     defaults = {}
+    scalar_state = ("step",)             # per-parameter state that is a number, not an array
 
     def __init__(self, params, **hyper):
         unknown = set(hyper) - set(self.defaults)
@@ -90,14 +91,13 @@ class Optimizer:
         self.state = {}
         for i, s in state_dict["state"].items():
             p = params[int(i)]
-            self.state[p] = {k: (to_device(v, device_of(p.data)).astype(p.dtype, copy=True)
-                                 if hasattr(v, "shape") and v.ndim else _scalar(v))
+            self.state[p] = {k: (_scalar(v) if k in self.scalar_state else
+                                 to_device(v, device_of(p.data)).astype(p.dtype, copy=True))
                              for k, v in s.items()}
 
 
 def _scalar(v):
-    v = v.item() if hasattr(v, "item") else v
-    return int(v) if isinstance(v, (int, bool)) or float(v).is_integer() else float(v)
+    return v.item() if hasattr(v, "item") else v
 
 
 class SGD(Optimizer):

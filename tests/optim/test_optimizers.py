@@ -158,3 +158,19 @@ def test_cosine_matches_pytorch_without_warmup():
         topt.step()
         tsched.step()
         sched.step()
+
+
+def test_scalar_parameter_state_round_trips():
+    p = nn.Parameter(np.array(2.0))
+    opt = optim.Adam([p], lr=0.1)
+    p.grad = np.array(1.0)
+    opt.step()
+    state = opt.state_dict()
+    q = nn.Parameter(p.data.copy())
+    opt2 = optim.Adam([q], lr=0.1)
+    opt2.load_state_dict(state)
+    assert isinstance(opt2.state[q]["exp_avg"], np.ndarray) and opt2.state[q]["step"] == 1
+    for param, o in ((p, opt), (q, opt2)):
+        param.grad = np.array(-0.5)
+        o.step()
+    assert p.data == q.data

@@ -35,7 +35,8 @@ def cross_entropy(logits, targets, reduction="mean"):
     """Mean negative log-likelihood of integer class ``targets`` (N,) under
     ``softmax(logits)`` with logits of shape (N, classes)."""
     logits = as_tensor(logits)
-    targets = as_tensor(targets, like=None)
+    if not hasattr(targets, "requires_grad"):     # labels from a loader: onto the logits' device
+        targets = as_tensor(get_array_module(logits.data).asarray(targets))
     if reduction not in _REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     require_float("cross_entropy", logits)
