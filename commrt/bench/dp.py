@@ -1,0 +1,278 @@
+"""Data parallel: overlap on/off, weak scaling at N=2, beside PyTorch DDP (Gloo).
+
+    python -m commrt.bench dp [--rounds 3] [--steps 20] [--sizes 2,4] [--no-torch]
+
+Workloads (one thread per rank, float32, synthetic data):
+  mlp    MLP 1024-1024-1024-1024-10, batch 16 per rank: 3.1 M parameters (12.6
+         MB of gradients) for little compute, so averaging is a large share of
+         a step: the model for the overlap target.
+  lenet  LeNet-5 on 1x28x28, batch 64 per rank: compute-heavy, small gradients.
+
+Per round, interleaved: commrt with overlap, commrt without overlap (every
+all-reduce after backward), PyTorch DDP over Gloo (same shapes, batch,
+threads; DDP's default 25 MB buckets, overlapped), and for weak scaling one
+rank alone.  Each run times ``--steps`` steps after 3 warm-up steps; the
+figure is the median step time of rank 0 (the ranks are synchronous).
+Tables print the median over rounds with [min-max] and the ratios.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from commrt.bench._stats import Summary, fmt_num, table
+
+CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+             "NUMBA_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+WORKLOADS = {
+    "mlp": {"batch": 16, "shape": (1024,), "widths": (1024, 1024, 1024, 1024, 10)},
+    "lenet": {"batch": 64, "shape": (1, 28, 28)},
+}
+
+
+# ---- commrt side (a rank function for commrt.testing.World) --------------------------
+def _model_ours(name):
+    from commrt import nn
+
+    nn.manual_seed(0)
+    if name == "mlp":
+        w = WORKLOADS["mlp"]["widths"]
+        layers = []
+        for a, b in zip(w, w[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        return nn.Sequential(*layers[:-1])
+    return nn.LeNet()
+
+
+def _data(name, batch, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch,) + WORKLOADS[name]["shape"]).astype(np.float32)
+    return x, rng.integers(0, 10, batch)
+
+
+def train_steps(comm, name, batch, steps, overlap=True, bucket_kb=1024, warmup=3,
+                algorithm=None):
+    """Time `steps` data-parallel steps on this rank; returns seconds per step (list)."""
+    from commrt import nn, optim
+    from commrt.bench.engine import _set_threads
+    from commrt.nn import functions as F
+    from commrt.parallel import DistributedOptimizer, broadcast_parameters
+
+    _set_threads(1)
+    nn.backend.keep_freed_memory()
+    model = _model_ours(name)
+    broadcast_parameters(model, comm=comm)
+    opt = DistributedOptimizer(optim.SGD(model.parameters(), lr=0.01, momentum=0.9), comm,
+                               bucket_bytes=bucket_kb << 10, overlap=overlap,
+                               algorithm=algorithm)
+    x, y = _data(name, batch, comm.rank)
+    times = []
+    comm.barrier()
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(nn.Tensor(x)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    opt.close()
+    return times[warmup:]
+
+
+def comm_share(comm, name, batch, steps=10, bucket_kb=1024, algorithm=None):
+    """Fraction of a no-overlap step spent averaging gradients (rank 0's view)."""
+    full = statistics.median(train_steps(comm, name, batch, steps, False, bucket_kb,
+                                         algorithm=algorithm))
+    alone = comm.split(0 if comm.rank == 0 else None)
+    if comm.rank == 0:
+        compute = statistics.median(train_steps(alone, name, batch, steps))
+    comm.barrier()
+    return (full - compute) / full if comm.rank == 0 else None
+
+
+# ---- PyTorch DDP side (a subprocess per rank) ----------------------------------------
+def _torch_rank(rank, world, init, name, batch, steps, warmup=3):
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    torch.manual_seed(0)
+    if name == "mlp":
+        w = WORKLOADS["mlp"]["widths"]
+        layers = []
+        for a, b in zip(w, w[1:]):
+            layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers[:-1])
+    else:
+        t = torch.nn
+        model = t.Sequential(t.Conv2d(1, 6, 5, padding=2), t.ReLU(), t.MaxPool2d(2),
+                             t.Conv2d(6, 16, 5), t.ReLU(), t.MaxPool2d(2), t.Flatten(),
+                             t.Linear(400, 120), t.ReLU(), t.Linear(120, 84), t.ReLU(),
+                             t.Linear(84, 10))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    x, y = (torch.from_numpy(a) for a in _data(name, batch, rank))
+    times = []
+    dist.barrier()
+    for _ in range(warmup + steps):
+        t0 = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    dist.destroy_process_group()
+    return times[warmup:]
+
+
+def run_torch(world, name, batch, steps, timeout=300):
+    """Rank 0's step times of a PyTorch DDP run with `world` processes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        init = f"file://{tmp}/rendezvous"
+        env = {**os.environ, **CHILD_ENV}
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "commrt.bench.dp", "--torch-rank", str(r), "--world",
+             str(world), "--init", init, "--model", name, "--batch", str(batch), "--steps",
+             str(steps), "--out", f"{tmp}/r{r}.json"], env=env)
+            for r in range(world)]
+        deadline = time.monotonic() + timeout
+        try:
+            for p in procs:
+                rc = p.wait(max(1.0, deadline - time.monotonic()))
+                if rc:
+                    raise RuntimeError(f"PyTorch DDP rank exited with code {rc}")
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        with open(f"{tmp}/r0.json") as f:
+            return json.load(f)
+
+
+# ---- the benchmark --------------------------------------------------------------------
+def _med(times):
+    return statistics.median(times)
+
+
+def run(rounds=3, steps=20, sizes=(2, 4), with_torch=True, models=("mlp", "lenet"), log=print,
+        bucket_kb=1024, algorithm=None):
+    from commrt.testing import World
+
+    results = {}      # (model, n, kind) -> [median step seconds per round]
+    shares = {}
+    worlds = {n: World(n, env=CHILD_ENV, timeout=600) for n in sorted(set(sizes) | {1})}
+    try:
+        for w in worlds.values():
+            w.start()
+        for name in models:
+            batch = WORKLOADS[name]["batch"]
+            if 2 in worlds:
+                shares[name] = worlds[2].run(comm_share, name, batch, 10, bucket_kb, algorithm,
+                                             timeout=600)[0]
+            for r in range(rounds):
+                for n in sorted(sizes):
+                    kinds = [("overlap", True), ("no overlap", False)]
+                    for kind, overlap in kinds:
+                        t = worlds[n].run(train_steps, name, batch, steps, overlap, bucket_kb,
+                                          algorithm=algorithm, timeout=600)
+                        results.setdefault((name, n, kind), []).append(_med(t[0]))
+                    if with_torch:
+                        t = run_torch(n, name, batch, steps)
+                        results.setdefault((name, n, "torch DDP"), []).append(_med(t))
+                    if n == 2:
+                        t = worlds[1].run(train_steps, name, batch, steps, True, timeout=600)
+                        results.setdefault((name, 1, "overlap"), []).append(_med(t[0]))
+                log(f"  {name}: round {r + 1}/{rounds} done")
+    finally:
+        for w in worlds.values():
+            w.close()
+    return results, shares
+
+
+def _ratios(a, b):
+    return [x / y for x, y in zip(a, b)]
+
+
+def report(results, shares, sizes=(2, 4)):
+    lines = []
+    for name in sorted({k[0] for k in results}):
+        rows = []
+        for n in sorted(sizes):
+            ov, no = results.get((name, n, "overlap")), results.get((name, n, "no overlap"))
+            th = results.get((name, n, "torch DDP"))
+            row = [str(n), Summary(ov).cell(), Summary(no).cell(),
+                   Summary(_ratios(ov, no)).cell() if ov and no else "n/a",
+                   Summary(th).cell() if th else "n/a",
+                   Summary(_ratios(ov, th)).cell() if ov and th else "n/a"]
+            rows.append(row)
+        ms = {k: [v * 1e3 for v in vals] for k, vals in results.items()}
+        rows_ms = []
+        for row, n in zip(rows, sorted(sizes)):
+            ov, no = ms.get((name, n, "overlap")), ms.get((name, n, "no overlap"))
+            th = ms.get((name, n, "torch DDP"))
+            rows_ms.append([row[0], Summary(ov).cell(), Summary(no).cell(), row[3],
+                            Summary(th).cell() if th else "n/a", row[5]])
+        share = shares.get(name)
+        lines.append(f"{name} (batch {WORKLOADS[name]['batch']} per rank); gradient averaging "
+                     f"is {fmt_num(100 * share) if share is not None else 'n/a'}% of a "
+                     "no-overlap step at N=2")
+        lines.append(table(["N", "overlap ms", "no overlap ms", "overlap/no", "torch DDP ms",
+                            "commrt/DDP"], rows_ms))
+        one, two = results.get((name, 1, "overlap")), results.get((name, 2, "overlap"))
+        if one and two:
+            eff = _ratios(one, two)
+            lines.append(f"weak scaling efficiency at N=2 (t1/t2, same per-rank batch): "
+                         f"{Summary(eff).cell()}   (N=1 step {Summary([v * 1e3 for v in one]).cell()} ms)")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m commrt.bench dp", description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--sizes", default="2,4")
+    p.add_argument("--models", default="mlp,lenet")
+    p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--bucket-kb", type=int, default=1024)
+    p.add_argument("--algorithm", default=None, help="all-reduce algorithm (default: cost model)")
+    p.add_argument("--json", help="also write the raw samples here")
+    # a PyTorch DDP rank (internal)
+    p.add_argument("--torch-rank", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--world", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--init", help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.torch_rank is not None:
+        times = _torch_rank(args.torch_rank, args.world, args.init, args.model, args.batch,
+                            args.steps)
+        with open(args.out, "w") as f:
+            json.dump(times, f)
+        return 0
+    sizes = tuple(int(s) for s in args.sizes.split(","))
+    models = tuple(args.models.split(","))
+    print(f"commrt data parallel, {args.rounds} rounds x {args.steps} steps, one thread per "
+          f"rank, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+    results, shares = run(args.rounds, args.steps, sizes, not args.no_torch, models,
+                          bucket_kb=args.bucket_kb, algorithm=args.algorithm)
+    print(report(results, shares, sizes))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"|".join(map(str, k)): v for k, v in results.items()} | {"shares": shares},
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
