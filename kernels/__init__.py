@@ -13,8 +13,8 @@ _LAZY = {
     "scale_into": "commrt.kernels.reduce",
     "cast_into": "commrt.kernels.reduce",
     # convolution lowering
-    "im2col": "commrt.kernels.im2col",
-    "col2im": "commrt.kernels.im2col",
+    "im2col": "commrt.kernels.conv",
+    "col2im": "commrt.kernels.conv",
 }
 
 

@@ -11,7 +11,7 @@ from commrt.kernels import im2col_numba
 from commrt.kernels import im2col_numpy as mod
 
 # the submodule shares its name with the function it exports: take the module itself
-dispatcher = importlib.import_module("commrt.kernels.im2col")
+dispatcher = importlib.import_module("commrt.kernels.conv")
 im2col, col2im = dispatcher.im2col, dispatcher.col2im
 rng = np.random.default_rng(2)
 
@@ -93,3 +93,11 @@ def test_dispatch_by_array_type():
 def test_errors(call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call()
+
+
+def test_package_names_are_the_functions_even_after_the_module_loads():
+    import commrt.kernels as k
+    import commrt.kernels.conv  # noqa: F401  (loading the dispatcher must not shadow the names)
+
+    assert callable(k.im2col) and k.im2col.__name__ == "im2col"
+    assert callable(k.col2im) and k.col2im.__name__ == "col2im"

@@ -27,7 +27,7 @@ CHECK = textwrap.dedent("""
             np.testing.assert_allclose(im2col_cuda.col2im(g, shape, k, s, p, d),
                                        col2im_numpy(g, shape, k, s, p, d), rtol=1e-6)
     # device arrays stay on the device, and the dispatcher routes them here
-    from commrt.kernels.im2col import im2col
+    from commrt.kernels.conv import im2col
     x = rng.standard_normal((1, 1, 3, 3))
     d_col = im2col(cuda.to_device(x), 2)
     assert not isinstance(d_col, np.ndarray) and hasattr(d_col, "copy_to_host")

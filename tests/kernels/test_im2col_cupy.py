@@ -22,7 +22,7 @@ def _cupy():
                                            ((2, 1, 1, 1), 3, 1, 1, 1)])
 def test_cupy_kernels_match_reference(shape, k, s, p, d):
     cupy = _cupy()
-    from commrt.kernels.im2col import col2im, im2col
+    from commrt.kernels.conv import col2im, im2col
     from commrt.kernels.im2col_numpy import col2im_numpy, im2col_numpy
     x = np.random.default_rng(0).standard_normal(shape)
     col = im2col(cupy.asarray(x), k, s, p, d)

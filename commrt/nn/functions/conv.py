@@ -5,7 +5,7 @@ product ``W @ col`` yields (Cout, N*Ho*Wo), and transposing the view costs
 nothing.  Elementwise layers keep that order, so the gradient that comes
 back is usually CNHW-contiguous too and backward reshapes it without a copy.
 """
-from commrt.kernels.im2col import col2im, im2col
+from commrt.kernels.conv import col2im, im2col
 from commrt.kernels.im2col_numpy import geometry
 from commrt.nn.backend import get_array_module
 from commrt.nn.functions._util import as_tensor, pair, require_float, require_same_dtype
