@@ -216,26 +216,28 @@ def build_stages(k, seed=0):
 
 
 def train_split(args, comm):
-    """Model, pipeline and hybrid modes, built by commrt.parallel.pipeline:
-    ``train_pipeline(comm, build_stages, train_loader, schedule=..., micro_batches=...,
-    epochs=..., progress=..., test_data=test_loader)`` returning a dict with
-    ``accuracy``, ``test_loss``, ``losses`` and ``images_per_s`` on every rank
-    (hybrid: ``schedule="hybrid"``, ``stages=args.stages``: data parallel over
-    ``comm.size // stages`` pipeline replicas)."""
-    try:
-        from commrt.parallel.pipeline import train_pipeline
-    except ImportError as exc:
-        raise SystemExit(f"--mode {args.mode} needs commrt.parallel.pipeline.train_pipeline "
-                         f"({exc})") from None
+    """Model, pipeline and hybrid modes (commrt.parallel.pipeline): ``model`` is
+    GPipe with one micro-batch, ``gpipe``/``1f1b`` one pipeline of all the
+    ranks, ``hybrid`` data parallel over ``size // --stages`` pipelines (1F1B).
+    Returns the pipeline's result dict with ``images`` and ``seconds`` added."""
+    from commrt.parallel.pipeline import train_hybrid, train_pipeline
+
+    if comm is None:
+        raise SystemExit(f"--mode {args.mode} needs several ranks: commrt-launch -n 2 ...")
     train_loader, test_loader = load_data(args.batch_size, args.seed)
-    kw = dict(epochs=args.epochs, progress=not args.no_progress, test_data=test_loader)
-    if args.mode == "model":
-        kw.update(schedule="gpipe", micro_batches=1)
-    elif args.mode == "hybrid":
-        kw.update(schedule="hybrid", micro_batches=args.micro_batches, stages=args.stages)
+    kw = dict(epochs=args.epochs, progress=not args.no_progress, eval_data=test_loader)
+    build = lambda k: build_stages(k, args.seed)  # noqa: E731
+    start = time.perf_counter()
+    if args.mode == "hybrid":
+        result = train_hybrid(comm, build, train_loader, stages=args.stages, schedule="1f1b",
+                              micro_batches=args.micro_batches, **kw)
     else:
-        kw.update(schedule=args.mode, micro_batches=args.micro_batches)
-    return train_pipeline(comm, lambda k: build_stages(k, args.seed), train_loader, **kw)
+        schedule, micro = ("gpipe", 1) if args.mode == "model" else (args.mode, args.micro_batches)
+        result = train_pipeline(comm, build, train_loader, schedule=schedule,
+                                micro_batches=micro, **kw)
+    result["seconds"] = time.perf_counter() - start
+    result["images"] = args.epochs * len(train_loader.dataset)
+    return result
 
 
 class _NoBar:
@@ -276,8 +278,9 @@ def main(argv=None):
             result = train_split(args, comm)
             if rank == 0:
                 print(f"test accuracy {result['accuracy']:.2%}  test loss "
-                      f"{result['test_loss']:.4f}  {result.get('images_per_s', 0):.0f} images/s  "
-                      f"({args.epochs} epochs, {size} ranks, {args.mode})", flush=True)
+                      f"{result['test_loss']:.4f}  train loss {result['losses'][-1]:.4f}  "
+                      f"{result['images'] / result['seconds']:.0f} images/s  ({args.epochs} "
+                      f"epochs, {result['seconds']:.1f} s, {size} ranks, {args.mode})", flush=True)
             return result["accuracy"]
         with tqdm(total=1, desc="training", unit="batch", file=sys.stderr,
                   disable=args.no_progress or rank != 0) as bar:
