@@ -238,13 +238,6 @@ class Call:
     def name(self):
         return f"{self.kind} #{self.seq}"
 
-    def set_algo(self, algo):
-        """Fix the algorithm (chosen after the call began) into the fingerprint."""
-        self.algo = algo
-        code = ALGO_CODE.get(algo, 15)
-        self.meta = (self.meta & ~(0xF << 21)) | (code & 0xF) << 21
-        self.state.history[-1] = (self.seq, self.meta, self.count)
-
     def start(self):
         self.deadline = time.monotonic() + self.timeout
         self.state.current = self

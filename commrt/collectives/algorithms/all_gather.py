@@ -5,7 +5,7 @@ bruck (small messages), any N
   r+i.  Step k (d = 2^k): send the first min(d, N-d) blocks to rank r-d,
   receive as many from rank r+d into positions d..; after ceil(log2 N)
   steps rotate the scratch into out.
-  Cost: ceil(log2 N)·α + (N-1)/N·K·β (K = bytes of out) + a local copy.
+  Cost: ceil(log2 N)·α + (N-1)/N·K·β (K = bytes of out) + K·β (the rotation copy).
   Bytes sent per rank: (N-1)·|block|.
 
 ring (large messages)
@@ -22,10 +22,10 @@ def cost(algo, n, nbytes, p):
     if n == 1:
         return 0.0
     block = nbytes / n
-    if algo == "bruck":
+    if algo == "bruck":  # plus the final rotation: one local copy of K
         return (math.ceil(math.log2(n)) * p.alpha + (n - 1) * block * p.beta * p.rho(n)
-                + nbytes * p.gamma / 4)
-    return (n - 1) * (p.nseg(block) * p.alpha + block * p.beta * p.rho(n))
+                + nbytes * p.beta)
+    return (n - 1) * (p.alpha + block * p.beta * p.rho(n))  # one message per block
 
 
 def ring(call, out, buf):
