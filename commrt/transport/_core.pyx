@@ -199,11 +199,14 @@ cdef class Engine:
             self.E.peers[i].fd = -1
             self.E.peers[i].peer_efd = -1
         self.E.epfd = epoll_create1(EPOLL_CLOEXEC)
+        self.E.iofd = epoll_create1(EPOLL_CLOEXEC)
         self.E.doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)
         self.E.kickfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)
-        if self.E.epfd < 0 or self.E.doorbell < 0 or self.E.kickfd < 0:
+        if self.E.epfd < 0 or self.E.iofd < 0 or self.E.doorbell < 0 or self.E.kickfd < 0:
             raise OSError(errno, "cannot create epoll/eventfd")
         ev.events = EPOLLIN
+        ev.data.u64 = (<uint64_t>EV_IO) << 32
+        epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, self.E.iofd, &ev)
         ev.data.u64 = (<uint64_t>EV_DOORBELL) << 32
         epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, self.E.doorbell, &ev)
         ev.data.u64 = (<uint64_t>EV_KICK) << 32
@@ -235,7 +238,7 @@ cdef class Engine:
             raise MemoryError()
         ev.events = EPOLLIN | EPOLLRDHUP
         ev.data.u64 = (<uint64_t>EV_TCP << 32) | <uint64_t>rank
-        if epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, fd, &ev) != 0:
+        if epoll_ctl(self.E.iofd, EPOLL_CTL_ADD, fd, &ev) != 0:
             raise OSError(errno, f"epoll_ctl for the TCP connection to rank {rank}")
         p.ev_mask = ev.events
         p.in_epoll = True
@@ -263,7 +266,7 @@ cdef class Engine:
         p.cma_ok = cma
         ev.events = EPOLLIN | EPOLLRDHUP
         ev.data.u64 = (<uint64_t>EV_LIVE << 32) | <uint64_t>rank
-        if epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, live_fd, &ev) != 0:
+        if epoll_ctl(self.E.iofd, EPOLL_CTL_ADD, live_fd, &ev) != 0:
             raise OSError(errno, f"epoll_ctl for the liveness socket of rank {rank}")
         p.in_epoll = True
         self.E.n_shm += 1
@@ -632,6 +635,7 @@ cdef class Engine:
             unexp_remove(E, u)
             free_umsg(E, u)
         close(E.epfd)
+        close(E.iofd)
         close(E.doorbell)
         close(E.kickfd)
         pthread_cond_destroy(&E.done_cond)

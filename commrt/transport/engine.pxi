@@ -11,6 +11,10 @@
 #   then sleeps.  At most one thread sleeps in epoll_wait (the "epoller");
 #   others sleep on done_cond.  The progress thread runs only while requests
 #   are outstanding and nobody spins.
+# - Two epoll sets.  Spinners poll only iofd (sockets).  The doorbell and
+#   kick eventfds sit in epfd, which only the epoller waits on: a spinner
+#   that drained them would swallow the epoller's wake-up, leaving it asleep
+#   with its sleep flags at 2 (so no producer rings again) until its timeout.
 
 cdef enum:
     MAX_POISON = 32
@@ -24,7 +28,8 @@ cdef struct eng_t:
     pthread_mutex_t lock
     pthread_cond_t done_cond
     pthread_cond_t pt_cond
-    int epfd
+    int epfd            # sleep set: iofd, doorbell, kickfd (only the epoller waits here)
+    int iofd            # channel set: TCP sockets, liveness sockets (spinners poll it too)
     int doorbell        # my eventfd: shared-memory peers write it to wake me
     int kickfd          # eventfd that wakes whoever sleeps in epoll_wait
     req_t *posted_head
@@ -355,7 +360,7 @@ cdef void peer_lost(eng_t *E, peer_t *p, int err, const char *reason) noexcept n
     strncpy(p.reason, reason, 159)
     p.reason[159] = 0
     if p.in_epoll:
-        epoll_ctl(E.epfd, EPOLL_CTL_DEL, p.fd, NULL)
+        epoll_ctl(E.iofd, EPOLL_CTL_DEL, p.fd, NULL)
         p.in_epoll = False
     while p.txq != NULL:
         f = p.txq
@@ -420,6 +425,8 @@ cdef void handle_events(eng_t *E, epoll_event *evs, int n) noexcept nogil:
             p = &E.peers[rank]
             if not p.lost:
                 check_live(E, p)
+        elif kind == EV_IO:                 # the channel set is ready: harvest it
+            progress(E, True)
         elif kind == EV_DOORBELL:
             read(E.doorbell, &sink, 8)
         elif kind == EV_KICK:
@@ -441,7 +448,7 @@ cdef int progress(eng_t *E, bint poll_fds) noexcept nogil:
                 if p.txq != NULL and p.lost == 0:
                     shm_flush(E, p)
     if poll_fds:
-        k = epoll_wait(E.epfd, evs, MAX_EVENTS, 0)
+        k = epoll_wait(E.iofd, evs, MAX_EVENTS, 0)
         if k > 0:
             handle_events(E, evs, k)
             n += k

@@ -62,6 +62,7 @@ cdef enum:
     EV_LIVE = 2
     EV_DOORBELL = 3
     EV_KICK = 4
+    EV_IO = 5
 
 cdef struct hdr_t:
     uint32_t magic

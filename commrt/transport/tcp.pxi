@@ -18,7 +18,7 @@ cdef void tcp_want_out(eng_t *E, peer_t *p, bint want) noexcept nogil:
     if p.in_epoll and mask != p.ev_mask:
         ev.events = mask
         ev.data.u64 = (<uint64_t>EV_TCP << 32) | <uint64_t>p.rank
-        epoll_ctl(E.epfd, EPOLL_CTL_MOD, p.fd, &ev)
+        epoll_ctl(E.iofd, EPOLL_CTL_MOD, p.fd, &ev)
         p.ev_mask = mask
 
 
