@@ -67,8 +67,8 @@ knob("COMMRT_CMA", True, _bool, "Use process_vm_readv (single copy) for large sh
 knob("COMMRT_SPIN_US", 50.0, float, "Microseconds a waiter spins before it sleeps (shrinks when oversubscribed).")
 knob("COMMRT_PROGRESS_THREAD", True, _bool, "Run a background progress thread for non-blocking operations.")
 # -- kernels and collectives ------------------------------------------------
-knob("COMMRT_KERNEL_PARALLEL_BYTES", 32 << 20, _size,
-     "Arrays from this size up are reduced with Numba's threads (smaller: one thread).")
+knob("COMMRT_KERNEL_PARALLEL_BYTES", 0, _size,
+     "Arrays from this size up are reduced with Numba's threads; 0: never (measured on 2 cores: they pay only when the other core is idle).")
 knob("COMMRT_ALLREDUCE_ALGO", "", str,
      "Force an all-reduce algorithm (ring, ps, reduce_bcast, tree, rabenseifner, recursive_doubling, hierarchical); empty: cost model.")
 knob("COMMRT_COST_CACHE", "~/.cache/commrt/cost.json", str,

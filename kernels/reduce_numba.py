@@ -4,9 +4,11 @@ One small typed loop per operation, written out (not generated) so that
 ``cache=True`` can store every specialisation next to this file.  All release
 the GIL (``nogil=True``): a collective reduces one segment while the transport,
 in another thread, moves the next.  The ``_par`` twins split the loop over
-Numba's threads; they pay only past the last-level cache (measured on 2 cores:
-a parallel launch costs ~100 µs, so below ~16 MiB the serial loop wins; see
-``python -m commrt.bench kernels``).
+Numba's threads; they pay only past the last-level cache and only when the
+other cores are idle (measured on 2 cores: a parallel launch costs ~100 µs,
+so below ~16 MiB the serial loop wins, and with the other core busy they
+lose at every size; see ``python -m commrt.bench kernels``).  So they run
+only when asked (``parallel=True``, or COMMRT_KERNEL_PARALLEL_BYTES).
 
 Semantics follow NumPy's ufuncs, so the NumPy reference in ``reduce.py`` is the
 oracle: integers wrap, MIN/MAX propagate NaN, logical ops give 0/1 in the

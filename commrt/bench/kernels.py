@@ -43,7 +43,9 @@ def _path(a, op):
     fast = table_.get(a.dtype)
     if fast is None:
         return "numpy"
-    return "numba-par" if a.size >= fast[2] else "numba"
+    if a.size < fast[2]:
+        return "numba"
+    return "numba-par" if fast[1] is fast[3] else "numpy-large"
 
 
 def measure(nbytes, dtype, op, rounds, target_s):
@@ -87,7 +89,7 @@ def main(argv):
     p.add_argument("--dtypes", default="float32")
     p.add_argument("--ops", default="sum")
     p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--target-s", type=float, default=0.02, help="seconds per timed loop")
+    p.add_argument("--target-s", type=float, default=0.05, help="seconds per timed loop")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",")]

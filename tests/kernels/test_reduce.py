@@ -235,3 +235,18 @@ def test_numba_is_not_imported_by_commrt():
 
     code = "import sys, commrt, commrt.kernels; assert 'numba' not in sys.modules, 'numba loaded'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "min", "land"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_large_arrays_take_the_large_path(op, dtype):
+    from commrt.kernels import reduce as R
+
+    rng = np.random.default_rng(5)
+    n = (R._NUMPY_LARGE_BYTES // np.dtype(dtype).itemsize) + 3
+    a, b = sample(rng, dtype, n, special=False), sample(rng, dtype, n, special=False)
+    want = expected(a, b, op)
+    reduce_into(a, b, op)
+    assert_same(a, want)
+    with pytest.raises(ValueError, match="differ in size"):
+        reduce_into(a, b[:-1], op)
