@@ -286,7 +286,7 @@ cdef class Engine:
         """Check every peer has a channel; start the progress thread."""
         missing = [i for i in range(self.size) if self.E.peers[i].kind == 0]
         if missing:
-            raise RuntimeError(f"no channel to ranks {missing}")
+            raise _errors().BootstrapError(f"rank {self.rank}: no channel to ranks {missing}")
         if progress_thread and not self.E.pt_running:
             if pthread_create(&self.E.pt, NULL, pt_main, <void *>self.E) != 0:
                 raise OSError(errno, "cannot start the progress thread")

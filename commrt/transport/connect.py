@@ -133,6 +133,7 @@ class _Acceptor(threading.Thread):
         self.listeners, self.engine, self.secret = listeners, engine, secret
         self.rank, self.expected, self.deadline = rank, dict(expected), deadline
         self.lock = threading.Lock()
+        self.claimed = set()                # hellos accepted, channel being set up
         self.done = threading.Event()
         self.error = None
         self.stopping = False
@@ -157,27 +158,35 @@ class _Acceptor(threading.Thread):
             sel.close()
 
     def _vet(self, conn):
+        peer = None
         try:
-            budget = min(10.0, max(0.1, self.deadline - time.monotonic()))
-            auth.server_handshake(conn, self.secret, budget)
+            budget = max(0.1, self.deadline - time.monotonic())
+            auth.server_handshake(conn, self.secret, min(10.0, budget))
             conn.settimeout(budget)
             magic, peer, pid, kind = HELLO.unpack(_recv_exact(conn, HELLO.size))
             if magic != HELLO_MAGIC:
                 raise AuthError("bad hello after authentication")
             with self.lock:
-                if self.expected.get(peer) != kind:
+                if self.expected.get(peer) != kind or peer in self.claimed:
                     raise AuthError(f"unexpected hello from rank {peer} (kind {kind})")
-                del self.expected[peer]
-            if kind == KIND_SHM:
-                _offer_shm(self.engine, conn, self.rank, peer, pid)
-            else:
-                conn.sendall(b"OK")
-                _adopt_tcp(self.engine, peer, conn)
+                self.claimed.add(peer)
+            try:
+                if kind == KIND_SHM:
+                    _offer_shm(self.engine, conn, self.rank, peer, pid)
+                else:
+                    conn.sendall(b"OK")
+                    _adopt_tcp(self.engine, peer, conn)
+            except BaseException:
+                with self.lock:                 # the rank may try again; join() names it if not
+                    self.claimed.discard(peer)
+                raise
             with self.lock:
+                del self.expected[peer]
                 if not self.expected:
                     self.done.set()
         except (AuthError, OSError, struct.error, ValueError) as exc:
-            log.warning("commrt rank %d: refused a connection: %s", self.rank, exc)
+            who = f"rank {peer}" if peer is not None else "a connection"
+            log.warning("commrt rank %d: refused %s: %s", self.rank, who, exc)
             conn.close()
         except BaseException as exc:                      # surfaced by join()
             self.error = exc
@@ -201,7 +210,23 @@ class _Acceptor(threading.Thread):
 
 
 def _connect(engine, secret, rank, peer, kind, addr, deadline):
-    """Connect to a lower rank, authenticate, say hello and adopt the channel."""
+    """Connect to a lower rank, authenticate, say hello and adopt the channel.
+
+    A channel set-up that breaks half-way (a reset, a timeout on a loaded
+    host) is tried again until the deadline; a refused secret is not."""
+    while True:
+        try:
+            return _connect_once(engine, secret, rank, peer, kind, addr, deadline)
+        except AuthError:
+            raise
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("commrt rank %d: channel to rank %d failed (%s); retrying", rank, peer, exc)
+            time.sleep(0.05)
+
+
+def _connect_once(engine, secret, rank, peer, kind, addr, deadline):
     while True:
         try:
             if kind == KIND_SHM:
