@@ -81,13 +81,16 @@ def _host(buf, name, write_back):
         host = cupy.asnumpy(buf).reshape(-1, order="A")
 
         def finish():
-            buf[...] = cupy.asarray(host.reshape(buf.shape, order="A"))
+            if host.size:
+                buf[...] = cupy.asarray(host.reshape(buf.shape, order="A"))
         return host, (finish if write_back else _noop)
-    if hasattr(buf, "__cuda_array_interface__") and hasattr(buf, "copy_to_host"):
+    if ((hasattr(buf, "__cuda_array_interface__") or mod.startswith("numba.cuda"))
+            and hasattr(buf, "copy_to_host")):  # Numba device arrays (and the simulator's)
         host = buf.copy_to_host().reshape(-1, order="A")
 
         def finish():
-            buf.copy_to_device(host.reshape(buf.shape, order="A"))
+            if host.size:
+                buf.copy_to_device(host.reshape(buf.shape, order="A"))
         return host, (finish if write_back else _noop)
     raise TypeError(f"{name} must be a NumPy array (or a CuPy / Numba device array), "
                     f"not {type(buf).__name__}")

@@ -367,3 +367,29 @@ def hierarchical(comm, seed, n, hosts):
         return cross
     finally:
         H.HOST_OF = None
+
+
+def device_arrays(comm, n):
+    """Numba device arrays (the CUDA simulator's, on host memory) are staged
+    through host memory by every buffer collective."""
+    import numba
+    from numba import cuda
+
+    assert numba.config.ENABLE_CUDASIM
+    size, r = comm.size, comm.rank
+    x = cuda.to_device(np.full(n, r + 1, np.float32))
+    C.all_reduce(comm, x, "SUM")
+    assert np.all(x.copy_to_host() == size * (size + 1) / 2)
+    b = cuda.to_device(np.full(n, r, np.int32))
+    C.broadcast(comm, b, root=size - 1)
+    assert np.all(b.copy_to_host() == size - 1)
+    out = cuda.to_device(np.zeros(size * n, np.int32))
+    C.all_gather(comm, out, cuda.to_device(np.full(n, r, np.int32)))
+    assert np.array_equal(out.copy_to_host(), np.repeat(np.arange(size, dtype=np.int32), n))
+    small = cuda.to_device(np.zeros(n, np.float64))
+    C.reduce_scatter(comm, small, cuda.to_device(np.ones(size * n, np.float64)), "SUM")
+    assert np.all(small.copy_to_host() == size)
+    req = C.all_reduce(comm, x, "MAX", async_op=True)
+    req.wait(30)
+    assert np.all(x.copy_to_host() == size * (size + 1) / 2)
+    return True

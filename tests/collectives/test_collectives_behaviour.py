@@ -167,3 +167,12 @@ def test_hierarchical_sends_only_leaders_across_hosts(w5):
     k = count * 8
     # leaders 0 and 2 run a 2-rank ring: each sends K/2 twice; nobody else crosses
     assert cross[0] + cross[2] == 2 * k and cross[1] == cross[3] == cross[4] == 0, cross
+
+
+def test_device_arrays_are_staged(cost_env):
+    """A fake GPU array on host memory (Numba's CUDA simulator) goes through every
+    buffer collective by staging, as a CuPy or Numba device array would."""
+    with World(3, transport="shm", env=dict(cost_env, NUMBA_ENABLE_CUDASIM="1"),
+               timeout=120) as w:
+        w.run(R.device_arrays, 1001)
+        w.run(R.device_arrays, 0)
