@@ -11,12 +11,14 @@ EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train_digi
 
 
 @pytest.mark.timeout(240)
-def test_four_ranks_data_parallel_reach_97_percent():
+@pytest.mark.parametrize("mode", ["dp", "async"])
+def test_four_ranks_reach_97_percent(mode):
     proc = subprocess.run([sys.executable, "-m", "commrt.launcher", "-n", "4", str(EXAMPLE),
-                           "--no-progress"], capture_output=True, text=True, timeout=220)
+                           "--no-progress", "--mode", mode],
+                          capture_output=True, text=True, timeout=220)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if "test accuracy" in ln]
     assert len(lines) == 1 and lines[0].startswith("[0] "), proc.stdout   # rank 0 only
-    assert "images/s" in lines[0] and "4 ranks, dp" in lines[0]
+    assert "images/s" in lines[0] and f"4 ranks, {mode}" in lines[0]
     accuracy = float(re.search(r"test accuracy ([\d.]+)%", lines[0]).group(1))
     assert accuracy >= 97.0, lines[0]
