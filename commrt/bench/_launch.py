@@ -39,10 +39,12 @@ CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREA
 # process) dies, then execs the command (the request survives exec).  A shim
 # rather than preexec_fn, which is unsafe while this process has threads (the
 # rendezvous store serves from one).
+# mpirun gets SIGTERM rather than SIGKILL, so that it takes its ranks down
+# and removes OpenMPI's segments in /dev/shm (SIGKILL would leave them).
 _SHIM = [sys.executable, "-c",
-         "import ctypes, os, sys; ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+         "import ctypes, os, sys; ctypes.CDLL(None).prctl(1, int(sys.argv[2]), 0, 0, 0)\n"
          "if os.getppid() != int(sys.argv[1]): os._exit(3)\n"
-         "os.execvp(sys.argv[2], sys.argv[2:])"]
+         "os.execvp(sys.argv[3], sys.argv[3:])"]
 
 
 class RunFailed(RuntimeError):
@@ -115,7 +117,9 @@ def run_procs(cmds, envs, timeout, label):
         for cmd, env in zip(cmds, envs):
             log = tempfile.TemporaryFile(mode="w+")
             logs.append(log)
-            procs.append(subprocess.Popen(_SHIM + [str(os.getpid())] + list(cmd), env=env,
+            sig = signal.SIGTERM if os.path.basename(cmd[0]) == "mpirun" else signal.SIGKILL
+            procs.append(subprocess.Popen(_SHIM + [str(os.getpid()), str(int(sig))] + list(cmd),
+                                          env=env,
                                           stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True))
         failed_at = None
@@ -154,7 +158,7 @@ def run_procs(cmds, envs, timeout, label):
         why = f"timed out after {timeout:g} s" if timed_out else "failed"
         detail = []
         for i in bad or range(len(procs)):
-            tail = "\n".join(outs[i].strip().splitlines()[-15:])
+            tail = "\n".join(outs[i].strip().splitlines()[-30:])
             detail.append(f"--- process {i} (exit {procs[i].returncode}) ---\n{tail}")
         raise RunFailed(f"{label}: {why}\n" + "\n".join(detail))
     return [(p.returncode, o) for p, o in zip(procs, outs)]

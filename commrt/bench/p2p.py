@@ -268,7 +268,33 @@ def _dev_shm():
         return set()
 
 
-def memory_table(records, names, shm_before, shm_after):
+def _unowned(names):
+    """Those of the /dev/shm names that no live process maps or holds open.
+
+    Other jobs on the machine create and remove their own entries while we
+    run; an entry some live process still uses is not one left behind."""
+    names = set(names)
+    if not names:
+        return []
+    used = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    if "/dev/shm/" in line:
+                        used.add(line.rsplit("/dev/shm/", 1)[1].split()[0])
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("/dev/shm/"):
+                    used.add(target[len("/dev/shm/"):].split()[0])
+        except OSError:
+            continue
+    return sorted(n for n in names if n not in used and os.path.exists(f"/dev/shm/{n}"))
+
+
+def memory_table(records, names, left_by):
     rows, summary, notes = [], {}, []
     mib = 1 << 20
     for name in names:
@@ -310,7 +336,6 @@ def memory_table(records, names, shm_before, shm_after):
                                  f"{json.dumps(info, default=repr)[:400]}")
                 for e in r.get("soak_errors", []):
                     notes.append(f"  {name} rank {r['rank']} soak error: {e}")
-    left = sorted(shm_after - shm_before)
     headers = ["backend", "rank", "reported/peer MiB", "import+init RSS MiB", "shm mapped MiB",
                "RSS@10% MiB",
                "RSS end MiB", "growth", "fds pre/init/10%/end/closed", "msgs/s", "errors"]
@@ -318,7 +343,10 @@ def memory_table(records, names, shm_before, shm_after):
              "tags); growth = RSS end vs RSS after 10% (target within 5%); reported/peer = the "
              "largest per-peer figure of comm.memory_info() (target <= 8 MiB)")
     text = title + "\n" + table(headers, rows)
-    text += f"\n/dev/shm entries left behind: {left if left else 'none'}"
+    left = {n: v for n, v in left_by.items() if v}
+    text += ("\n/dev/shm entries left behind: " + ("none" if not left else "; ".join(
+        f"after {n}: {v}" for n, v in left.items()))
+        + "  (new entries after each run that no live process uses)")
     if notes:
         text += "\n" + "\n".join(notes)
     else:
@@ -530,10 +558,17 @@ def main(argv=None):
         if mem:
             spec = {"tasks": ["soak"], "messages": args.messages}
             log(f"memory/soak ({args.messages} messages): {', '.join(mem)}")
-            before = _dev_shm()
-            recs = interleaved(mem, 1, lambda n, r: run_backend(n, 2, spec, args), log)
-            time.sleep(0.2)
-            text, summ, left = memory_table(recs, mem, before, _dev_shm())
+            def soak_run(name, rnd):
+                before = _dev_shm()
+                try:
+                    return run_backend(name, 2, spec, args)
+                finally:
+                    time.sleep(0.2)
+                    left_by[name] = _unowned(_dev_shm() - before)
+
+            left_by = {}
+            recs = interleaved(mem, 1, soak_run, log)
+            text, summ, left = memory_table(recs, mem, left_by)
             _out("\n" + text + load_note(recs))
             out["runs"]["memory"], out["summary"]["memory"] = recs, summ
             out["summary"]["dev_shm_left"] = left
