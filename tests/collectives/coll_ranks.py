@@ -393,3 +393,39 @@ def device_arrays(comm, n):
     req.wait(30)
     assert np.all(x.copy_to_host() == size * (size + 1) / 2)
     return True
+
+
+def invalid_arguments(comm):
+    """Wrong arguments raise on the calling rank, before any message (so all ranks,
+    passing the same wrong arguments, raise alike and nothing is left in flight)."""
+    import pytest
+
+    x = np.ones(4, np.float32)
+    with pytest.raises(TypeError, match="not defined"):
+        C.all_reduce(comm, x, "BXOR")
+    with pytest.raises(TypeError, match="AVG"):
+        C.all_reduce(comm, np.ones(3, bool), "AVG")
+    with pytest.raises(ValueError, match="unknown reduction"):
+        C.all_reduce(comm, x, "MEAN")
+    with pytest.raises(ValueError, match="unknown all-reduce algorithm"):
+        C.all_reduce(comm, x, "SUM", "butterfly")
+    with pytest.raises(ValueError, match="contiguous"):
+        C.all_reduce(comm, np.ones(8, np.float32)[::2])
+    with pytest.raises(ValueError, match="root"):
+        C.broadcast(comm, x, root=comm.size)
+    with pytest.raises(ValueError, match="out must hold"):
+        C.all_gather(comm, np.empty(3, np.float32), x)
+    with pytest.raises(ValueError, match="buf must hold"):
+        C.reduce_scatter(comm, x, np.ones(5, np.float32))
+    with pytest.raises(TypeError):
+        C.all_reduce(comm, [1.0, 2.0])
+    with pytest.raises(ValueError, match="read-only"):
+        ro = np.ones(4, np.float32)
+        ro.flags.writeable = False
+        C.all_reduce(comm, ro)
+    with pytest.raises(ValueError, match="distinct"):
+        C.new_group(comm, [0, 0])
+    # nothing was sent: the next collective still works
+    C.all_reduce(comm, x)
+    assert np.all(x == comm.size)
+    return True

@@ -176,3 +176,21 @@ def test_device_arrays_are_staged(cost_env):
                timeout=120) as w:
         w.run(R.device_arrays, 1001)
         w.run(R.device_arrays, 0)
+
+
+def test_every_dtype_and_op_pair(w5, w4):
+    """Every valid (dtype, op) at least once, deterministically (the property tests
+    sample them), on shared memory and TCP, through two algorithm families."""
+    from test_collectives_property import DTYPES, OPS, valid
+
+    pairs = [(d, o) for d in DTYPES for o in OPS if valid(o, d)]
+    for i, (dtype, op) in enumerate(pairs):
+        w = (w5, w4)[i % 2]
+        algo = ("ring", "recursive_doubling", "ps", "rabenseifner")[i % 4]
+        digests = w.run(R.all_reduce, i, 13, dtype, op, algo)
+        assert len(set(digests)) == 1, (dtype, op, algo)
+        w.run(R.reduce_scatter, i, 3, dtype, op, ("ring", "direct")[i % 2])
+
+
+def test_invalid_arguments_fail_before_any_message(w5):
+    w5.run(R.invalid_arguments)
