@@ -9,9 +9,13 @@ import p2p_ranks as R
 SIZES = [0, 1, 7, 64, 4096, 16320, 16384, 16385, 100_000, 1 << 20, 5 << 20 | 3]
 
 
-@pytest.fixture(scope="module", params=["shm", "tcp"])
+@pytest.fixture(scope="module", params=["shm", "shm-two-copy", "tcp"])
 def world3(request):
-    with World(3, transport=request.param) as w:
+    """Shared memory (single copy), shared memory without process_vm_readv
+    (chunked two-copy pipeline through the ring), and TCP."""
+    transport, _, variant = request.param.partition("-")
+    env = {"COMMRT_CMA": "0"} if variant else {}
+    with World(3, transport=transport, env=env) as w:
         yield w
 
 

@@ -17,11 +17,13 @@ import p2p_ranks as R
 SIZES = [0, 1, 3, 8, 100, 4096, 16383, 16384, 16385, 65536, 300_001, 1 << 20, 3 << 20]
 
 
-@pytest.fixture(scope="module", params=[(2, "shm"), (3, "shm"), (4, "shm"), (2, "tcp"), (4, "tcp")],
+@pytest.fixture(scope="module", params=[(2, "shm"), (3, "shm"), (4, "shm"), (3, "shm-two-copy"),
+                                        (2, "tcp"), (4, "tcp")],
                 ids=lambda p: f"{p[0]}-{p[1]}")
 def world(request):
-    n, transport = request.param
-    with World(n, transport=transport) as w:
+    n, name = request.param
+    transport, _, variant = name.partition("-")
+    with World(n, transport=transport, env={"COMMRT_CMA": "0"} if variant else {}) as w:
         yield w
 
 
