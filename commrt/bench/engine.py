@@ -1,6 +1,7 @@
 """Training engine beside PyTorch CPU: a LeNet training step and Conv2d forward+backward.
 
     python -m commrt.bench engine [--rounds 5] [--iters 10] [--threads N] [--no-torch]
+                                  [--native-blas]
 
 Both engines run in this process with the same thread count (BLAS, Numba and
 PyTorch's intra-op pool), alternating round by round (A B A B ...) so that a
@@ -9,10 +10,18 @@ round times ``--iters`` repetitions after a warm-up and a short idle pause
 (so that neither engine's spinning thread pool eats into the other's round);
 the table gives the median per repetition over rounds with its min-max, our
 median divided by PyTorch's, and the median of the per-round ratios.
+
+``--native-blas`` re-runs the benchmark in a child process with
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its environment (both
+together, in that command alone), so that NumPy's OpenBLAS picks the kernels
+for this processor instead of the ones the environment pins; PyTorch does not
+use that OpenBLAS either way.  The header line names the OpenBLAS kernel set
+in use (threadpoolctl's ``architecture``).
 """
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -168,6 +177,21 @@ def table(results):
     return "\n".join(lines)
 
 
+_PINNED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def _blas_kernels():
+    """OpenBLAS's kernel set (e.g. 'Haswell', 'SkylakeX'), or 'unknown'."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown"
+    for pool in threadpool_info():
+        if pool.get("internal_api") == "openblas":
+            return pool.get("architecture") or "unknown"
+    return "unknown"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m commrt.bench engine",
                                 description=__doc__.splitlines()[0])
@@ -177,11 +201,21 @@ def main(argv=None):
     p.add_argument("--no-torch", action="store_true", help="time commrt alone")
     p.add_argument("--pause", type=float, default=0.2,
                    help="seconds of idle before each timed round (default 0.2)")
+    p.add_argument("--native-blas", action="store_true",
+                   help="re-run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (see above)")
     args = p.parse_args(argv)
+    if args.native_blas and any(k in os.environ for k in _PINNED):
+        import subprocess
+        env = {k: v for k, v in os.environ.items() if k not in _PINNED}
+        rest = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--native-blas"]
+        if rest[:1] == ["engine"]:
+            rest = rest[1:]
+        return subprocess.call([sys.executable, "-m", "commrt.bench", "engine", *rest], env=env)
     results, threads = run(args.rounds, args.iters, args.threads, not args.no_torch,
                            pause=args.pause)
     print(f"engine benchmark: {threads} threads, {args.rounds} rounds x {args.iters} steps, "
-          f"numpy {np.__version__}, torch {_torch_version()}")
+          f"numpy {np.__version__} (OpenBLAS {_blas_kernels()} kernels), torch {_torch_version()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
     print(table(results))
     return 0
 

@@ -132,3 +132,38 @@ def test_matches_pytorch_when_installed():
     np.testing.assert_allclose(cy.data, ty.detach().numpy(), atol=1e-10)
     np.testing.assert_allclose(cx.grad, tx.grad.numpy(), atol=1e-10)
     np.testing.assert_allclose(cw.grad, tw.grad.numpy(), atol=1e-10)
+
+
+@pytest.fixture(params=["winograd", "im2col"])
+def conv_path(request, monkeypatch):
+    """Run a test through the Winograd path (3x3, stride 1, dilation 1) and
+    again with it switched off, through the im2col fallback."""
+    import commrt.nn.functions.conv as conv_module
+    if request.param == "im2col":
+        monkeypatch.setattr(conv_module, "winograd", lambda *args: None)
+    return request.param
+
+
+@pytest.mark.parametrize("shape,cout,padding", [
+    ((2, 3, 6, 7), 4, 1), ((1, 2, 5, 5), 3, 0), ((3, 2, 1, 1), 2, 1), ((2, 2, 9, 4), 2, (2, 0))])
+def test_conv2d_3x3_stride_1_on_both_paths(conv_path, shape, cout, padding):
+    x = nn.Tensor(rng.standard_normal(shape), requires_grad=True)
+    w = nn.Tensor(rng.standard_normal((cout, shape[1], 3, 3)), requires_grad=True)
+    b = nn.Tensor(rng.standard_normal(cout), requires_grad=True)
+    p = (padding, padding) if isinstance(padding, int) else padding
+    np.testing.assert_allclose(F.conv2d(x, w, b, 1, padding).data,
+                               direct_conv2d(x.data, w.data, b.data, (1, 1), p, (1, 1)), atol=1e-12)
+    check_grad(lambda: F.conv2d(x, w, b, 1, padding), [x, w, b])
+    check_grad(lambda: F.conv2d(x, w, None, 1, padding), [w])
+
+
+def test_conv2d_takes_winograd_for_3x3_stride_1(monkeypatch):
+    from commrt.kernels import winograd as wg
+    calls = []
+    real = wg.conv2d
+    monkeypatch.setattr(wg, "conv2d", lambda *a: calls.append(1) or real(*a))
+    x = nn.Tensor(rng.standard_normal((1, 2, 5, 5)))
+    F.conv2d(x, nn.Tensor(rng.standard_normal((2, 2, 3, 3))), padding=1)
+    F.conv2d(x, nn.Tensor(rng.standard_normal((2, 2, 3, 3))), stride=2, padding=1)
+    F.conv2d(x, nn.Tensor(rng.standard_normal((2, 2, 5, 5))), padding=2)
+    assert len(calls) == 1
