@@ -72,11 +72,14 @@ def _pack_exc(exc):
 class World:
     """N ranks in N spawned processes.  See the module docstring."""
 
-    def __init__(self, size, transport="shm", env=None, timeout=60.0):
+    def __init__(self, size, transport="shm", env=None, timeout=60.0, rank_env=None):
+        """env: extra environment of every rank; rank_env: {rank: {...}} on top,
+        e.g. COMMRT_HOST_ID to place ranks on pretend hosts."""
         self.size = size
         self.transport = transport
         self.timeout = timeout
         self._env = dict(env or {})
+        self._rank_env = {int(r): dict(e) for r, e in (rank_env or {}).items()}
         self._procs, self._conns, self.pids = [], [], []
         self._server = None
         self.broken = None
@@ -102,6 +105,7 @@ class World:
                 "NUMBA_NUM_THREADS": "1",
             }
             env.update(self._env)
+            env.update(self._rank_env.get(rank, {}))
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_child_main, args=(rank, env, child), daemon=True,
                                name=f"commrt-rank-{rank}")

@@ -253,3 +253,18 @@ def die_mid_transfer(comm, nbytes):
         results["later"] = ("timeout", str(exc))
     comm.send(np.full(4, 9, np.uint8), 1, 2)
     return results
+
+
+def mixed_channels(comm):
+    """Every pair exchanges a message; report the channel each pair used."""
+    kinds = {r: comm.transport_of(r) for r in range(comm.size)}
+    reqs, bufs = [], {}
+    for r in range(comm.size):
+        if r != comm.rank:
+            bufs[r] = np.zeros(50_000, np.int32)
+            reqs.append(comm.irecv(bufs[r], r, 4))
+    for r in range(comm.size):
+        if r != comm.rank:
+            reqs.append(comm.isend(np.full(50_000, comm.rank, np.int32), r, 4))
+    commrt.wait_all(reqs, timeout=30)
+    return kinds, all(int(b[0]) == r and int(b[-1]) == r for r, b in bufs.items())

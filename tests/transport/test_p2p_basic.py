@@ -80,3 +80,14 @@ def test_dlpack_buffers(world3):
 def test_progress_thread_moves_messages_while_caller_sleeps(world3):
     res = world3.run(R.background_progress, 4 << 20)
     assert res[0] is True and res[1] is True
+
+
+def test_ranks_on_two_pretend_hosts_mix_shared_memory_and_tcp():
+    hosts = {0: "a", 1: "a", 2: "b", 3: "b"}
+    with World(4, transport="auto", rank_env={r: {"COMMRT_HOST_ID": h} for r, h in hosts.items()}) as w:
+        res = w.run(R.mixed_channels)
+    for me, (kinds, ok) in enumerate(res):
+        assert ok
+        for peer, kind in kinds.items():
+            want = "self" if peer == me else ("shm" if hosts[peer] == hosts[me] else "tcp")
+            assert kind == want, (me, peer, kind)
