@@ -159,11 +159,14 @@ class World:
                 try:
                     return conn.recv()
                 except EOFError:
-                    raise WorldError(rank, f"died (exit code {proc.exitcode})") from None
+                    proc.join(1.0)
+                    raise WorldError(rank, f"died (exit code {proc.exitcode}; its stderr has "
+                                           f"the cause)") from None
             if not proc.is_alive():
                 if conn.poll(0):
                     continue
-                raise WorldError(rank, f"died (exit code {proc.exitcode})")
+                proc.join(1.0)          # reap it, so the exit code is known
+                raise WorldError(rank, f"died (exit code {proc.exitcode}; its stderr has the cause)")
 
     @staticmethod
     def _raise(rank, packed):

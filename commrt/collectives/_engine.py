@@ -44,10 +44,6 @@ from commrt.errors import (CollectiveMismatchError, CommError, CommTimeoutError,
 
 TAG = 7
 PROBE_TAG = 8
-# Waits are cut in slices: each new slice re-checks the request and drives
-# progress, so a wakeup the transport loses costs a slice, not its 100 ms
-# poll interval (seen on loaded hosts; see the report in docs/performance-collectives.md).
-_SLICE_S = 0.002
 _LOST = re.compile(r"lost peer rank (\d+) \(seen by rank (\d+)\)")
 
 KINDS = ("none", "barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather",
@@ -301,7 +297,7 @@ class Call:
                 raise CommTimeoutError(self.name, peer, TAG, self.timeout,
                                        detail=f"rank {self.rank} of {self.size}")
             try:
-                return req.wait(min(left, max(probe_at - now, 0.001), _SLICE_S))
+                return req.wait(min(left, max(probe_at - now, 0.001)))
             except CommTimeoutError:
                 pass
             except CommError as exc:

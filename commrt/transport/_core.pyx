@@ -166,7 +166,8 @@ cdef class Engine:
     cdef dict reasons
 
     def __cinit__(self, int rank, int size, *, uint64_t eager_limit=16384, uint64_t chunk=262144,
-                  double spin_us=50.0, bint oversubscribed=False, double timeout=300.0):
+                  double spin_us=50.0, double spin_max_us=1000.0, bint oversubscribed=False,
+                  double timeout=300.0):
         cdef epoll_event ev
         cdef pthread_condattr_t ca
         if size < 1 or rank < 0 or rank >= size:
@@ -187,6 +188,8 @@ cdef class Engine:
         self.E.eager_limit = eager_limit
         self.E.chunk = chunk
         self.E.spin_ns = <int64_t>(spin_us * 1000.0)
+        self.E.spin_min_ns = self.E.spin_ns
+        self.E.spin_max_ns = max(self.E.spin_ns, <int64_t>(spin_max_us * 1000.0))
         self.E.oversub = oversubscribed
         self.E.next_id = 1
         pthread_mutex_init(&self.E.lock, NULL)
@@ -558,6 +561,11 @@ cdef class Engine:
             per_peer[i] = n
         return {"per_peer": per_peer, "unexpected_bytes": self.E.unexp_bytes,
                 "unexpected_messages": self.E.unexp_count, "live_requests": len(self.live)}
+
+    @property
+    def spin_us(self):
+        """The waiters' current spin budget in microseconds (it adapts)."""
+        return self.E.spin_ns / 1000.0
 
     def pending(self):
         """Number of posted, unfinished requests."""

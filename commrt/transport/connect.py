@@ -66,7 +66,8 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
     if oversub:
         spin_us = min(spin_us, 2.0)           # others need the core: back off to sleep fast
     engine = _core.Engine(rank, size, eager_limit=config.get("COMMRT_EAGER_LIMIT"),
-                          spin_us=spin_us, oversubscribed=oversub,
+                          spin_us=spin_us, spin_max_us=config.get("COMMRT_SPIN_MAX_US"),
+                          oversubscribed=oversub,
                           timeout=config.get("COMMRT_TIMEOUT"))
     prefix = f"commrt/mesh/{generation}"
     deadline = time.monotonic() + timeout

@@ -51,7 +51,9 @@ cdef struct eng_t:
     pthread_t pt
     uint64_t eager_limit
     uint64_t chunk
-    int64_t spin_ns
+    int64_t spin_ns     # current spin budget of a waiter (adapts, see block())
+    int64_t spin_min_ns
+    int64_t spin_max_ns
     bint oversub
     int n_tcp
     int n_shm
@@ -505,9 +507,17 @@ cdef void sleep_once(eng_t *E, int64_t deadline, bint waiter) noexcept nogil:
 
 
 cdef bint block(eng_t *E, req_t *r, int64_t deadline) noexcept nogil:
-    """Wait for r until the deadline: spin (driving progress), then sleep."""
+    """Wait for r until the deadline: spin (driving progress), then sleep.
+
+    The spin budget adapts: a wait that had to sleep but was answered within
+    the largest budget doubles it (the answer was close: spinning a little
+    longer saves two wake-ups, which cost far more on a loaded host); a wait
+    that slept long halves it back toward the minimum (spinning would only
+    have burnt a core).  When ranks outnumber cores the budget stays at its
+    minimum: the core is needed by the rank we wait for."""
     cdef int64_t t
     cdef int64_t spin_end
+    cdef int64_t slept_from
     cdef unsigned int it = 0
     cdef int j
     pthread_mutex_lock(&E.lock)
@@ -530,8 +540,16 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline) noexcept nogil:
         pthread_mutex_lock(&E.lock)
         it += 1
     E.drivers -= 1
-    while r.state < S_DONE and now_ns() < deadline:
-        sleep_once(E, deadline, True)
+    if r.state < S_DONE:
+        slept_from = now_ns()
+        while r.state < S_DONE and now_ns() < deadline:
+            sleep_once(E, deadline, True)
+        if r.state >= S_DONE and not E.oversub:
+            t = now_ns() - slept_from
+            if t < E.spin_max_ns:
+                E.spin_ns = E.spin_ns * 2 if E.spin_ns * 2 < E.spin_max_ns else E.spin_max_ns
+            elif t > 4 * E.spin_max_ns:
+                E.spin_ns = E.spin_ns // 2 if E.spin_ns // 2 > E.spin_min_ns else E.spin_min_ns
     if E.drivers == 0 and E.outstanding > 0 and E.pt_parked:
         pthread_cond_signal(&E.pt_cond)
     t = r.state >= S_DONE
