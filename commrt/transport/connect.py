@@ -258,11 +258,8 @@ def _connect_once(engine, secret, rank, peer, kind, addr, deadline):
 
 def _adopt_tcp(engine, peer, sock):
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
-        except OSError:
-            pass
+    # Buffer sizes are left to the kernel: setting SO_SNDBUF/SO_RCVBUF turns
+    # autotuning off, and autotuning won 10-25% at 16-64 MiB on loopback.
     sock.setblocking(False)
     engine.add_tcp_peer(peer, sock.detach())
 
