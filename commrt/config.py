@@ -69,6 +69,8 @@ knob("COMMRT_SPIN_US", 50.0, float,
 knob("COMMRT_SPIN_MAX_US", 1000.0, float,
      "Largest spin a waiter adapts to when answers keep arriving just after it fell asleep.")
 knob("COMMRT_PROGRESS_THREAD", True, _bool, "Run a background progress thread for non-blocking operations.")
+knob("COMMRT_PROGRESS_DELAY_US", 1000.0, float,
+     "Grace before the progress thread takes over requests a caller left outstanding.")
 # -- kernels and collectives ------------------------------------------------
 knob("COMMRT_KERNEL_PARALLEL_BYTES", 0, _size,
      "Arrays from this size up are reduced with Numba's threads; 0: never (measured on 2 cores: they pay only when the other core is idle).")

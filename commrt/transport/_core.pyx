@@ -167,7 +167,7 @@ cdef class Engine:
 
     def __cinit__(self, int rank, int size, *, uint64_t eager_limit=16384, uint64_t chunk=262144,
                   double spin_us=50.0, double spin_max_us=1000.0, bint oversubscribed=False,
-                  double timeout=300.0):
+                  double timeout=300.0, double progress_delay_us=1000.0):
         cdef epoll_event ev
         cdef pthread_condattr_t ca
         if size < 1 or rank < 0 or rank >= size:
@@ -189,6 +189,7 @@ cdef class Engine:
         self.E.chunk = chunk
         self.E.spin_ns = <int64_t>(spin_us * 1000.0)
         self.E.spin_min_ns = self.E.spin_ns
+        self.E.pt_delay_ns = <int64_t>(progress_delay_us * 1000.0)
         self.E.spin_max_ns = max(self.E.spin_ns, <int64_t>(spin_max_us * 1000.0))
         self.E.oversub = oversubscribed
         self.E.next_id = 1
@@ -356,7 +357,7 @@ cdef class Engine:
             else:
                 post_recv(E, &q.r)
             if wake_progress and q.r.state < S_DONE and E.pt_parked and E.drivers == 0:
-                pthread_cond_signal(&E.pt_cond)
+                wake_progress_thread(E)
             pthread_mutex_unlock(&E.lock)
 
     def isend(self, buf, int dst, uint32_t ctx=0, int tag=0, uint64_t meta=0, rank_of=None):

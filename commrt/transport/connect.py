@@ -68,6 +68,7 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
     engine = _core.Engine(rank, size, eager_limit=config.get("COMMRT_EAGER_LIMIT"),
                           spin_us=spin_us, spin_max_us=config.get("COMMRT_SPIN_MAX_US"),
                           oversubscribed=oversub,
+                          progress_delay_us=config.get("COMMRT_PROGRESS_DELAY_US"),
                           timeout=config.get("COMMRT_TIMEOUT"))
     prefix = f"commrt/mesh/{generation}"
     deadline = time.monotonic() + timeout
