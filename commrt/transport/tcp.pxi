@@ -151,7 +151,9 @@ cdef void tcp_end(eng_t *E, peer_t *p) noexcept nogil:
 cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
     cdef ssize_t n
     cdef size_t have
+    cdef size_t room
     cdef uint64_t take
+    cdef bint drained = False   # a short read emptied the socket: epoll says when there is more
     while p.lost == 0:
         have = p.rx_end - p.rx_pos
         if p.rx_stage == 0:
@@ -172,8 +174,11 @@ cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
                 continue
             if p.rx_dst != NULL and p.rx_left >= RXBUF_BYTES // 2:
                 # large payload: read straight into its destination
+                if drained:
+                    return
                 n = recv(p.fd, p.rx_dst, p.rx_left, MSG_DONTWAIT)
                 if n > 0:
+                    drained = <uint64_t>n < p.rx_left
                     p.rx_dst += n
                     p.rx_left -= <uint64_t>n
                     if p.rx_left == 0:
@@ -182,7 +187,10 @@ cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
                 if not tcp_rx_error(E, p, n):
                     return
                 continue
-        # refill the staging buffer
+        # refill the staging buffer (unless the last read already emptied the
+        # socket: a recv that only says EAGAIN costs as much as a message)
+        if drained:
+            return
         if p.rx_pos == p.rx_end:
             p.rx_pos = 0
             p.rx_end = 0
@@ -190,9 +198,11 @@ cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
             memmove(p.rxbuf, p.rxbuf + p.rx_pos, p.rx_end - p.rx_pos)
             p.rx_end -= p.rx_pos
             p.rx_pos = 0
-        n = recv(p.fd, p.rxbuf + p.rx_end, RXBUF_BYTES - p.rx_end, MSG_DONTWAIT)
+        room = RXBUF_BYTES - p.rx_end
+        n = recv(p.fd, p.rxbuf + p.rx_end, room, MSG_DONTWAIT)
         if n > 0:
             p.rx_end += <size_t>n
+            drained = <size_t>n < room
             continue
         if not tcp_rx_error(E, p, n):
             return
