@@ -27,17 +27,7 @@ from commrt.bench._stats import Summary, fmt_num, ratio, table
 COMMRT_JOB = """\
 import commrt
 comm = commrt.init()
-try:
-    comm.barrier()
-except (ImportError, AttributeError, NotImplementedError):  # no collectives yet: a ring
-    import numpy as np
-    r, n = comm.rank, comm.size
-    buf = np.zeros(1, dtype=np.int64)
-    if n > 1:
-        if r == 0:
-            comm.send(buf, 1 % n); comm.recv(buf, n - 1)
-        else:
-            comm.recv(buf, r - 1); comm.send(buf, (r + 1) % n)
+comm.barrier()
 comm.close()
 """
 

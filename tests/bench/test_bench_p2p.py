@@ -32,7 +32,6 @@ def _has(mod):
         return False
 
 
-HAVE_COMMRT = _has("commrt.comm")
 HAVE_MPI = bool(shutil.which("mpirun")) and _has("mpi4py")
 HAVE_TORCH = _has("torch")
 
@@ -187,7 +186,6 @@ def test_bench_registry_lists_p2p():
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.skipif(not HAVE_COMMRT, reason="commrt.comm (the transport) is not built yet")
 def test_cli_commrt_quick():
     rc, out, err = _bench("--sizes", "0,8,64K,1M", "--iters", "5", "--rounds", "1",
                           "--timeout", "60", "--target-time", "0.01")
@@ -196,8 +194,6 @@ def test_cli_commrt_quick():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(not (HAVE_COMMRT and _has("commrt.testing")),
-                    reason="commrt.comm or commrt.testing is not there yet")
 def test_cli_commrt_world_starter():
     rc, out, err = _bench("--starter", "world", "--transports", "shm", "--sizes", "8,64K",
                           "--iters", "5", "--rounds", "1", "--timeout", "60",
@@ -207,7 +203,6 @@ def test_cli_commrt_world_starter():
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.skipif(not HAVE_COMMRT, reason="commrt.comm (the transport) is not built yet")
 def test_cli_commrt_overlap_ring_memory_quick():
     rc, out, err = _bench("--transports", "shm", "--overlap", "--overlap-bytes", "1M",
                           "--compute-ms", "5", "--ring", "4", "--ring-time", "0.3",

@@ -25,15 +25,7 @@ def launch(args, timeout=60, env=None, cwd=None):
                           env=env or clean_env(), cwd=cwd)
 
 
-def has_init():
-    try:
-        import commrt.comm  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
-
-needs_init = pytest.mark.skipif(not has_init(), reason="commrt.init() (commrt/comm.py) not there yet")
 
 
 def recorded_pids(pid_dir):

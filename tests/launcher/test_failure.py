@@ -5,7 +5,7 @@ import signal
 import subprocess
 import time
 
-from launch_helpers import LAUNCH, alive, assert_no_orphans, clean_env, launch, needs_init, wait_for
+from launch_helpers import LAUNCH, alive, assert_no_orphans, clean_env, launch, wait_for
 
 SLEEPERS = """
     record_pid()
@@ -151,7 +151,6 @@ def test_successful_ranks_exiting_early_are_fine(script):
     assert len(out.stdout.splitlines()) == 3
 
 
-@needs_init
 def test_a_rank_that_never_connects_is_named(script, shm_snapshot):
     prog = script("""
         record_pid()
@@ -166,7 +165,6 @@ def test_a_rank_that_never_connects_is_named(script, shm_snapshot):
     assert_no_orphans(script.pid_dir)
 
 
-@needs_init
 def test_failure_after_init_leaves_nothing_behind(script, shm_snapshot):
     prog = script("""
         import numpy as np

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from launch_helpers import assert_no_orphans, clean_env, launch, needs_init
+from launch_helpers import assert_no_orphans, clean_env, launch
 
 RING = """
 import os
@@ -28,7 +28,6 @@ comm.close()
 """
 
 
-@needs_init
 def test_ring_of_eight(script, shm_snapshot):
     prog = script("record_pid()\n" + RING)
     out = launch(["-n", "8", prog], env=clean_env(COMMRT_TIMEOUT="30"), timeout=90)
@@ -37,7 +36,6 @@ def test_ring_of_eight(script, shm_snapshot):
     assert_no_orphans(script.pid_dir)
 
 
-@needs_init
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="OpenMPI's mpirun is not installed")
 def test_real_mpirun_job(tmp_path, shm_snapshot):
     prog = tmp_path / "ring.py"

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from launch_helpers import LAUNCH, assert_no_orphans, clean_env, launch, needs_init, wait_for
+from launch_helpers import LAUNCH, assert_no_orphans, clean_env, launch, wait_for
 
 # "ssh HOST CMD..." that runs CMD here: drops the host name and execs the rest
 FAKE_SSH = "sh -c 'shift; exec \"$@\"' fake-ssh"
@@ -48,7 +48,6 @@ def test_remote_ranks_through_a_stand_in_ssh(script):
     assert_no_orphans(script.pid_dir)
 
 
-@needs_init
 def test_ring_through_a_stand_in_ssh(script):
     out = launch(["-n", "4", "--hosts", "h1:2,h2:2", "--ssh-cmd", FAKE_SSH, "--bind",
                   "127.0.0.1", script(RING)], env=clean_env(COMMRT_TIMEOUT="30"))
@@ -132,7 +131,6 @@ def two_hosts():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
 
 
-@needs_init
 def test_two_host_job_across_network_namespaces(two_hosts, script):
     a, b, store_ip = two_hosts
     prog = script(RING + """
