@@ -5,7 +5,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 LAUNCH = [sys.executable, "-m", "commrt.launcher"]
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
