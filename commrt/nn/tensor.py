@@ -155,7 +155,7 @@ class Tensor:
         return len(self.data)
 
     def __repr__(self):
-        extra = f", requires_grad=True" if self.requires_grad else ""
+        extra = ", requires_grad=True" if self.requires_grad else ""
         if self._node is not None:
             extra += f", grad_fn={self._node.name}"
         return f"Tensor({self.data!r}{extra})"
