@@ -290,8 +290,8 @@ def main(argv=None):
     warm_up(comm, args.seed)
     size = 1 if comm is None else comm.size
     rank = 0 if comm is None else comm.rank
-    if args.epochs is None:
-        args.epochs = 30 if size == 1 else 40
+    if args.epochs is None:     # async SGD's stale gradients need more passes for the same accuracy
+        args.epochs = 30 if size == 1 else (60 if args.mode == "async" else 40)
     if args.batch_size is None:
         args.batch_size = 32 if size == 1 else 64
     if args.lr is None:
