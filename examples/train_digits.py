@@ -2,7 +2,7 @@
 process or many.
 
     commrt-launch -n 4 examples/train_digits.py            # data parallel (default)
-    commrt-launch -n 4 examples/train_digits.py --mode async --epochs 12
+    commrt-launch -n 4 examples/train_digits.py --mode async   # parameter server, no barrier
     commrt-launch -n 2 examples/train_digits.py --mode gpipe   # model/gpipe/1f1b/hybrid
     python examples/train_digits.py [--epochs 30] [--batch-size 32] [--lr 0.05]
 
@@ -114,7 +114,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=MODES, default="dp", help="how the ranks share the work")
     p.add_argument("--epochs", type=int, default=None,
-                   help="default 30 on one process, 40 on several ranks")
+                   help="default 30 on one process, 40 on several ranks (60 for async SGD)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="global batch, split over the ranks; default 32 on one process, 64 on "
                         "several (each rank's share must stay worth its communication)")
