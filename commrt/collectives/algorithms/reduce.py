@@ -18,7 +18,7 @@ ring (large messages: Rabenseifner's reduce)
 """
 import math
 
-from commrt.collectives._engine import bounds, seg_elems, segments
+from commrt.collectives.allreduce import ring as ring_allreduce
 
 ALGORITHMS = ("binomial", "ring")
 
@@ -59,41 +59,12 @@ def binomial(call, buf, root, reduce, acc=None):
 
 def ring(call, buf, root, reduce):
     n, r = call.size, call.rank
-    right, left = (r + 1) % n, (r - 1) % n
-    b = bounds(buf.size, n)
-    seg = seg_elems(buf.itemsize)
     if r == root:
         work = buf
     else:
         work = call.state.scratch("red_work", buf.size, buf.dtype)
         work[...] = buf
-    width = b[1] - b[0]
-    tmp = (call.state.scratch("ring0", width, buf.dtype),
-           call.state.scratch("ring1", width, buf.dtype))
-
-    def pieces(c):
-        return segments(b[c], b[c + 1], seg)
-
-    def post(s):
-        c = (r - s - 1) % n
-        t, base = tmp[s % 2], b[c]
-        return [(lo, hi, call.irecv(t[lo - base:hi - base], left)) for lo, hi in pieces(c)]
-
-    nxt = post(0)  # receives first: the transport matches them without queueing
-    for lo, hi in pieces(r):
-        call.isend(work[lo:hi], right)
-    for s in range(n - 1):
-        cur = nxt
-        last = s == n - 2
-        if not last:
-            nxt = post(s + 1)
-        c = (r - s - 1) % n
-        t, base = tmp[s % 2], b[c]
-        for lo, hi, rv in cur:
-            call.wait(rv)
-            reduce(work[lo:hi], t[lo - base:hi - base])
-            if not last:
-                call.isend(work[lo:hi], right)
+    b = ring_allreduce.reduce_scatter(call, work, reduce)
     # rank q owns chunk q+1: send it to the root, which receives every other chunk
     own = (r + 1) % n
     if r != root:

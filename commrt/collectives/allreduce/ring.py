@@ -28,10 +28,11 @@ def cost(n, nbytes, p):
     return p.rho(n) * (2 * (n - 1) * step + (n - 1) * chunk * p.gamma)
 
 
-def run(call, buf, reduce):
+def reduce_scatter(call, buf, reduce):
+    """Step 1 (segmented, pipelined): afterwards rank r holds chunk (r+1) mod N
+    of buf fully reduced.  Returns the chunk bounds.  Also the first half of
+    the ring reduce (collectives/algorithms/reduce.py)."""
     n_ranks, r = call.size, call.rank
-    if n_ranks == 1:
-        return
     right, left = (r + 1) % n_ranks, (r - 1) % n_ranks
     b = bounds(buf.size, n_ranks)
     seg = seg_elems(buf.itemsize)
@@ -39,17 +40,14 @@ def run(call, buf, reduce):
     tmp = (call.state.scratch("ring0", width, buf.dtype),
            call.state.scratch("ring1", width, buf.dtype))
 
-    def pieces(c):
-        return segments(b[c], b[c + 1], seg)
-
     def post(s):
         c = (r - s - 1) % n_ranks
         t, base = tmp[s % 2], b[c]
-        return [(lo, hi, call.irecv(t[lo - base:hi - base], left)) for lo, hi in pieces(c)]
+        return [(lo, hi, call.irecv(t[lo - base:hi - base], left))
+                for lo, hi in segments(b[c], b[c + 1], seg)]
 
-    # 1. reduce-scatter
     nxt = post(0)  # receives first: the transport matches them without queueing
-    for lo, hi in pieces(r):
+    for lo, hi in segments(b[r], b[r + 1], seg):
         call.isend(buf[lo:hi], right)
     for s in range(n_ranks - 1):
         cur = nxt
@@ -63,6 +61,22 @@ def run(call, buf, reduce):
             reduce(buf[lo:hi], t[lo - base:hi - base])
             if not last:
                 call.isend(buf[lo:hi], right)
+    return b
+
+
+def run(call, buf, reduce):
+    n_ranks, r = call.size, call.rank
+    if n_ranks == 1:
+        return
+    right, left = (r + 1) % n_ranks, (r - 1) % n_ranks
+    seg = seg_elems(buf.itemsize)
+
+    # 1. reduce-scatter
+    b = reduce_scatter(call, buf, reduce)
+
+    def pieces(c):
+        return segments(b[c], b[c + 1], seg)
+
     # 2. chunk r+1 is complete here
     own = (r + 1) % n_ranks
     # 3. all-gather: receives land in chunks whose sends must have completed
