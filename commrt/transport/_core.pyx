@@ -163,7 +163,6 @@ cdef class Engine:
     cdef readonly int size
     cdef readonly double default_timeout
     cdef list segments          # (address, length) of mapped pair segments
-    cdef dict reasons
 
     def __cinit__(self, int rank, int size, *, uint64_t eager_limit=16384, uint64_t chunk=262144,
                   double spin_us=50.0, double spin_max_us=1000.0, bint oversubscribed=False,
@@ -507,12 +506,8 @@ cdef class Engine:
                 h.nbytes = len(text)
                 payload = <char *>malloc(len(text) + 1)
                 memcpy(payload, <char *>text, len(text))
-                if p.kind == P_SHM:
-                    if not enqueue(E, p, &h, payload, len(text), NULL, True, False):
-                        free(payload)
-                else:
-                    if not enqueue(E, p, &h, payload, len(text), NULL, True, False):
-                        free(payload)
+                if not enqueue(E, p, &h, payload, len(text), NULL, True, False):
+                    free(payload)
                 flush(E, p)
             poison_ctx(E, ctx, <char *>text, self.rank)
         finally:
