@@ -48,6 +48,7 @@ MAX_BODY_BYTES = 64 << 20     # one request or reply
 MAX_KEY_BYTES = 4096
 AUTH_TIMEOUT = 10.0           # a connection must authenticate within this
 FRAME_TIMEOUT = 30.0          # a started frame must arrive (or be taken) within this
+CLOSE_GRACE_S = 1.0          # close() lets requests already read be answered, this long at most
 REPLY_GRACE = 10.0            # beyond a blocking request's own timeout
 MAX_CONNECTIONS = 65536
 
@@ -104,6 +105,7 @@ class StoreServer:
         self._conns = set()
         self._threads = set()
         self._closed = False
+        self._inflight = 0           # requests read but not yet answered
         self._listener = None
         self._accept_thread = None
         self._wake_r, self._wake_w = None, None
@@ -151,6 +153,9 @@ class StoreServer:
                 return
             self._closed = True
             self._cond.notify_all()
+            # answer requests already taken in (a last set may be what let the
+            # host decide to close: its client must still get the reply)
+            self._cond.wait_for(lambda: self._inflight == 0, CLOSE_GRACE_S)
             conns = list(self._conns)
         if self._wake_w is not None:
             self._wake_w.send(b"x")
@@ -242,9 +247,16 @@ class StoreServer:
             raise EOFError("connection closed inside a request body")
         if not 0.0 <= timeout <= 1e9:  # also refuses NaN
             timeout = 0.0
-        status, items = self._handle(op, _unpack_items(body), timeout)
-        payload = _pack_items(items)
-        conn.sendall(_REPLY.pack(status, len(payload)) + payload)
+        with self._cond:
+            self._inflight += 1
+        try:
+            status, items = self._handle(op, _unpack_items(body), timeout)
+            payload = _pack_items(items)
+            conn.sendall(_REPLY.pack(status, len(payload)) + payload)
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
         return True
 
     # requests
