@@ -8,15 +8,11 @@ ranks can never interleave mid-line.  A line longer than MAX_LINE_BYTES is
 cut there rather than held without bound.
 """
 import collections
-import re
 import os
 
 MAX_LINE_BYTES = 4 << 20
 TAIL_LINES = 20
 STDOUT, STDERR = 0, 1
-
-
-_SEGMENT = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")
 
 
 class OutputRouter:
@@ -44,12 +40,7 @@ class OutputRouter:
         """Take bytes read from one pipe; emit every complete line."""
         buf = self._buffers[(rank, stream)]
         buf += data
-        # a carriage return ends a segment too: progress bars (tqdm) redraw
-        # their line with it, and should be seen as they move
-        end = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
-        if end and buf[end - 1:end] == b"\r" and end == len(buf):
-            end -= 1                 # maybe the first half of \r\n: wait for the next byte
-            end = max(buf.rfind(b"\n", 0, end), buf.rfind(b"\r", 0, end)) + 1
+        end = buf.rfind(b"\n") + 1
         if end == 0 and len(buf) >= MAX_LINE_BYTES:
             buf += b"\n"  # an endless line: cut it rather than hold it all
             end = len(buf)
@@ -76,18 +67,16 @@ class OutputRouter:
         self._logs.clear()
 
     def _emit(self, rank, stream, lines):
-        # segments, each with its terminator: \n, \r\n or a lone \r (a redrawn line)
-        segments = _SEGMENT.findall(lines)
+        parts = lines.split(b"\n")[:-1]  # lines ends with a newline
         if stream == STDERR:
-            self._tails[rank].extend(seg.rstrip(b"\r\n").decode("utf-8", "replace")
-                                     for seg in segments if seg.endswith(b"\n"))
+            self._tails[rank].extend(p.decode("utf-8", "replace") for p in parts)
         log = self._logs.get(rank)
         if log is not None:
             log.write(lines)
             log.flush()
         if self.prefix:
             tag = b"[%d] " % rank
-            lines = b"".join(tag + seg for seg in segments)
+            lines = b"".join(tag + p + b"\n" for p in parts)
         self._write(stream, lines)
 
     def _write(self, stream, data):
