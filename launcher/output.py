@@ -9,6 +9,7 @@ cut there rather than held without bound.
 """
 import collections
 import os
+import time
 
 MAX_LINE_BYTES = 4 << 20
 TAIL_LINES = 20
@@ -84,7 +85,16 @@ class OutputRouter:
             return
         sink = self._sinks[stream]
         try:
-            sink.write(data)
+            # Under PYTHONUNBUFFERED our stdout is a raw file: a write into a
+            # full pipe that a signal (a rank's SIGCHLD) interrupts returns a
+            # partial count, and the rest must be written, not dropped.
+            view = memoryview(data)
+            while view:
+                n = sink.write(view)
+                if n is None:                   # a non-blocking sink that is full
+                    time.sleep(0.001)
+                    continue
+                view = view[n:]
             sink.flush()
         except BrokenPipeError:  # e.g. `commrt-launch ... | head`: drop the rest
             self._broken[stream] = True
