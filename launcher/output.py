@@ -8,12 +8,16 @@ ranks can never interleave mid-line.  A line longer than MAX_LINE_BYTES is
 cut there rather than held without bound.
 """
 import collections
+import re
 import os
 import time
 
 MAX_LINE_BYTES = 4 << 20
 TAIL_LINES = 20
 STDOUT, STDERR = 0, 1
+
+
+_SEGMENT = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")
 
 
 class OutputRouter:
@@ -41,7 +45,12 @@ class OutputRouter:
         """Take bytes read from one pipe; emit every complete line."""
         buf = self._buffers[(rank, stream)]
         buf += data
-        end = buf.rfind(b"\n") + 1
+        # a carriage return ends a segment too: progress bars (tqdm) redraw
+        # their line with it, and should be seen as they move
+        end = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        if end and buf[end - 1:end] == b"\r" and end == len(buf):
+            end -= 1                 # maybe the first half of \r\n: wait for the next byte
+            end = max(buf.rfind(b"\n", 0, end), buf.rfind(b"\r", 0, end)) + 1
         if end == 0 and len(buf) >= MAX_LINE_BYTES:
             buf += b"\n"  # an endless line: cut it rather than hold it all
             end = len(buf)
@@ -68,16 +77,18 @@ class OutputRouter:
         self._logs.clear()
 
     def _emit(self, rank, stream, lines):
-        parts = lines.split(b"\n")[:-1]  # lines ends with a newline
+        # segments, each with its terminator: \n, \r\n or a lone \r (a redrawn line)
+        segments = _SEGMENT.findall(lines)
         if stream == STDERR:
-            self._tails[rank].extend(p.decode("utf-8", "replace") for p in parts)
+            self._tails[rank].extend(seg.rstrip(b"\r\n").decode("utf-8", "replace")
+                                     for seg in segments if seg.endswith(b"\n"))
         log = self._logs.get(rank)
         if log is not None:
             log.write(lines)
             log.flush()
         if self.prefix:
             tag = b"[%d] " % rank
-            lines = b"".join(tag + p + b"\n" for p in parts)
+            lines = b"".join(tag + seg for seg in segments)
         self._write(stream, lines)
 
     def _write(self, stream, data):

@@ -212,3 +212,20 @@ def test_verbose_reports_the_store():
     out = launch(["-n", "2", "-v", "--no-python", "true"])
     assert out.returncode == 0
     assert "commrt-launch: store at 127.0.0.1:" in out.stderr and "2 ranks on localhost" in out.stderr
+
+
+def test_carriage_returns_pass_through_prefixed_as_they_come():
+    """A progress bar redraws its line with \\r: each redraw is shown at once, prefixed."""
+    import io
+
+    from commrt.launcher.output import OutputRouter
+
+    out, err = io.BytesIO(), io.BytesIO()
+    router = OutputRouter(prefix=True, out=out, err=err)
+    router.add_rank(2)
+    router.feed(2, 0, b"10%\r")
+    assert out.getvalue() == b""                 # could still be the first half of \r\n
+    router.feed(2, 0, b"50%\r100%\r\nnext")
+    assert out.getvalue() == b"[2] 10%\r[2] 50%\r[2] 100%\r\n"
+    router.finish(2, 0)
+    assert out.getvalue().endswith(b"[2] next\n")
