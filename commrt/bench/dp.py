@@ -14,10 +14,24 @@ threads; DDP's default 25 MB buckets, overlapped), and for weak scaling one
 rank alone.  Each run times ``--steps`` steps after 3 warm-up steps; the
 figure is the median step time of rank 0 (the ranks are synchronous).
 Tables print the median over rounds with [min-max] and the ratios.
+
+    python -m commrt.bench dp --link 800mbit [--mtu 9000] [--bucket-kb 64]
+
+runs the overlap comparison on two pretend hosts instead: two network
+namespaces joined by a veth pair whose two directions are each shaped to
+RATE by tc's token-bucket filter (``tc qdisc add dev VETH root tbf rate
+RATE burst BURST latency 50ms``), one rank in each, started by
+``commrt-launch --hosts A:1,B:1 --ssh-cmd "ip netns exec"``; the ranks talk
+TCP over the link.  There gradient averaging waits on the wire, not on the
+CPU, as it does between the machines of a cluster, and overlap has
+something to hide.  Needs root and iproute2; the namespaces are removed
+afterwards.  Per round, interleaved: overlap, no overlap (in alternating
+order) and rank 0 training alone (for the averaging share).
 """
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -158,6 +172,140 @@ def run_torch(world, name, batch, steps, timeout=300):
             return json.load(f)
 
 
+# ---- two hosts joined by a rate-limited link -------------------------------------------
+class Link:
+    """Two network namespaces A and B joined by a veth pair, each direction shaped
+    to ``rate`` (tc tbf), MTU ``mtu``: two hosts whose link, not the CPU, limits
+    communication.  A context manager (needs root and iproute2); on exit it kills
+    whatever is left in the namespaces and removes them."""
+
+    def __init__(self, rate="800mbit", mtu=9000, burst=None, latency="50ms"):
+        self.rate, self.mtu, self.latency = rate, int(mtu), latency
+        # the bucket must hold a whole packet; a few packets keep the rate exact
+        self.burst = burst or f"{max(4 * self.mtu, 32 * 1024)}b"
+        tag = f"{os.getpid() % 100000}"
+        self.ns = (f"crtdp{tag}a", f"crtdp{tag}b")
+        self.dev = (f"vdp{tag}a", f"vdp{tag}b")
+        net = f"10.253.{os.getpid() % 250}"
+        self.addr = (f"{net}.1", f"{net}.2")
+
+    def describe(self):
+        return (f"two network namespaces joined by a veth pair, MTU {self.mtu}, each direction "
+                f"shaped by `tc qdisc add dev VETH root tbf rate {self.rate} burst {self.burst} "
+                f"latency {self.latency}`; one rank per namespace, TCP between them")
+
+    @staticmethod
+    def _run(*cmd):
+        subprocess.run(cmd, check=True, capture_output=True, timeout=20)
+
+    def __enter__(self):
+        if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+            raise RuntimeError("--link needs root and iproute2 (ip, tc)")
+        a, b = self.ns
+        try:
+            self._run("ip", "netns", "add", a)
+            self._run("ip", "netns", "add", b)
+            self._run("ip", "link", "add", self.dev[0], "netns", a, "type", "veth", "peer",
+                      "name", self.dev[1], "netns", b)
+            for ns, dev, addr in zip(self.ns, self.dev, self.addr):
+                self._run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+                self._run("ip", "-n", ns, "link", "set", dev, "mtu", str(self.mtu))
+                self._run("ip", "-n", ns, "link", "set", dev, "up")
+                self._run("ip", "-n", ns, "link", "set", "lo", "up")
+                self._run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root",
+                          "tbf", "rate", self.rate, "burst", self.burst, "latency", self.latency)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for ns in self.ns:
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                                  timeout=20).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+
+    def launch(self, args, timeout):
+        """Run ``python -m commrt.bench.dp ARGS`` as a 2-rank job, rank 0 in A, rank 1 in B."""
+        a, b = self.ns
+        env = {**os.environ, **CHILD_ENV}
+        cmd = ["ip", "netns", "exec", a, sys.executable, "-m", "commrt.launcher", "-n", "2",
+               "--hosts", f"{a}:1,{b}:1", "--ssh-cmd", "ip netns exec", "--bind", self.addr[0],
+               "--timeout", str(int(timeout))]
+        for k, v in CHILD_ENV.items():
+            cmd += ["--env", f"{k}={v}"]
+        cmd += ["-m", "commrt.bench.dp"] + list(args)
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
+        if out.returncode:
+            raise RuntimeError(f"the job on the link failed ({out.returncode}):\n"
+                               f"{out.stdout[-3000:]}{out.stderr[-3000:]}")
+        return out.stdout
+
+
+def _link_rank(models, steps, bucket_kb, algorithm, out, round_index=0):
+    """One round on the link (a rank of a commrt-launch job): per model, overlap and
+    no overlap, in alternating order, then rank 0 alone; rank 0 writes the medians."""
+    import commrt
+
+    comm = commrt.init()
+    res = {}
+    flip = round_index % 2
+    for name in models:
+        batch = WORKLOADS[name]["batch"]
+        for kind, overlap in [("overlap", True), ("no overlap", False)][::-1 if flip else 1]:
+            t = train_steps(comm, name, batch, steps, overlap, bucket_kb, algorithm=algorithm)
+            res[f"{name}|2|{kind}"] = _med(t)
+        alone = comm.split(0 if comm.rank == 0 else None)
+        if comm.rank == 0:
+            res[f"{name}|1|alone"] = _med(train_steps(alone, name, batch, steps))
+        comm.barrier()
+    if comm.rank == 0:
+        with open(out, "w") as f:
+            json.dump(res, f)
+    comm.close()
+
+
+def run_link(link, rounds=3, steps=20, models=("lenet",), bucket_kb=64, algorithm=None,
+             log=print):
+    """Overlap on/off across ``link`` (a Link): {(model, n, kind): [seconds per round]}."""
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        for r in range(rounds):
+            out = f"{tmp}/round{r}.json"
+            args = ["--link-rank", str(r), "--models", ",".join(models), "--steps", str(steps),
+                    "--bucket-kb", str(bucket_kb), "--out", out]
+            if algorithm:
+                args += ["--algorithm", algorithm]
+            link.launch(args, timeout=600)
+            with open(out) as f:
+                for key, v in json.load(f).items():
+                    name, n, kind = key.split("|")
+                    results.setdefault((name, int(n), kind), []).append(v)
+            log(f"  round {r + 1}/{rounds} done (load {os.getloadavg()[0]:.1f})")
+    return results
+
+
+def report_link(results):
+    lines = []
+    for name in sorted({k[0] for k in results}):
+        ov, no = results[(name, 2, "overlap")], results[(name, 2, "no overlap")]
+        alone = results[(name, 1, "alone")]
+        share = [(n - a) / n for n, a in zip(no, alone)]
+        lines.append(f"{name} (batch {WORKLOADS[name]['batch']} per rank); gradient averaging is "
+                     f"{Summary([100 * x for x in share]).cell()}% of a no-overlap step")
+        ms = lambda v: Summary([x * 1e3 for x in v]).cell()  # noqa: E731
+        lines.append(table(["N", "overlap ms", "no overlap ms", "overlap/no", "rank 0 alone ms"],
+                           [["2", ms(ov), ms(no), Summary(_ratios(ov, no)).cell(), ms(alone)]]))
+        lines.append("")
+    return "\n".join(lines)
+
+
 # ---- the benchmark --------------------------------------------------------------------
 def _med(times):
     return statistics.median(times)
@@ -246,6 +394,12 @@ def main(argv=None):
     p.add_argument("--bucket-kb", type=int, default=1024)
     p.add_argument("--algorithm", default=None, help="all-reduce algorithm (default: cost model)")
     p.add_argument("--json", help="also write the raw samples here")
+    p.add_argument("--link", metavar="RATE",
+                   help="overlap across two network namespaces joined by a link shaped to RATE "
+                        "(tc tbf, e.g. 800mbit); needs root")
+    p.add_argument("--mtu", type=int, default=9000, help="MTU of the --link (default 9000)")
+    # a rank on the link (internal)
+    p.add_argument("--link-rank", type=int, metavar="ROUND", help=argparse.SUPPRESS)
     # a PyTorch DDP rank (internal)
     p.add_argument("--torch-rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--world", type=int, help=argparse.SUPPRESS)
@@ -260,8 +414,25 @@ def main(argv=None):
         with open(args.out, "w") as f:
             json.dump(times, f)
         return 0
-    sizes = tuple(int(s) for s in args.sizes.split(","))
     models = tuple(args.models.split(","))
+    if args.link_rank is not None:
+        _link_rank(models, args.steps, args.bucket_kb, args.algorithm, args.out, args.link_rank)
+        return 0
+    if args.link:
+        link = Link(args.link, mtu=args.mtu)
+        print(f"commrt data parallel across a {args.link} link, {args.rounds} rounds x "
+              f"{args.steps} steps, one thread per rank, buckets of {args.bucket_kb} KiB, "
+              f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+        print(link.describe(), flush=True)
+        with link:
+            results = run_link(link, args.rounds, args.steps, models, args.bucket_kb,
+                               args.algorithm)
+        print(report_link(results))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"|".join(map(str, k)): v for k, v in results.items()}, f, indent=1)
+        return 0
+    sizes = tuple(int(s) for s in args.sizes.split(","))
     print(f"commrt data parallel, {args.rounds} rounds x {args.steps} steps, one thread per "
           f"rank, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
     results, shares = run(args.rounds, args.steps, sizes, not args.no_torch, models,

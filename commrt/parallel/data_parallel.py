@@ -23,8 +23,21 @@ while backward computes the layers below: communication overlaps
 computation.  Buckets are launched strictly in bucket order, so the
 collectives match on every rank even where a rank's graph finishes its
 gradients in another order; ``step()`` launches whatever backward did not
-(``overlap=False`` launches everything there), waits, and copies the
-averages back into ``.grad`` before the wrapped optimizer's update.
+(``overlap=False`` launches everything there), waits, and points each
+``.grad`` at its average in the bucket before the wrapped optimizer's update.
+
+Threads.  An all-reduce started during backward runs on the communicator's
+collectives thread while this thread computes.  One that ``step()`` starts
+itself, when no earlier one is still running, runs here instead, as a
+blocking call: nothing is left to overlap, and handing it to the other
+thread would only add two thread wake-ups to the step.
+
+Gradients are bucket views.  After ``step()`` (or ``synchronize()``) each
+averaged ``.grad`` is a view into its bucket's buffer (PyTorch DDP's
+``gradient_as_bucket_view``): no copy back.  It stays valid until the next
+backward pass refills the bucket; copy it to keep it longer.  (Buckets on
+the wire in another dtype, ``compression="fp16"``, are cast back into a new
+array as before.)
 
 Missing gradients.  Each bucket carries one extra element per parameter,
 1 where the rank has a gradient for it and 0 where not, reduced with the
@@ -59,6 +72,7 @@ __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_
 
 DEFAULT_BUCKET_BYTES = 256 * 1024
 _COMPRESSIONS = (None, "none", "fp16")
+_DONE = object()        # bucket.request of an all-reduce that ran on the caller's thread
 
 
 # ---- buckets --------------------------------------------------------------------------
@@ -222,10 +236,26 @@ class DistributedOptimizer:
     def _start(self, bucket, when):
         op = SUM if bucket.buffer.dtype != bucket.params[0].data.dtype else AVG
         bucket.started_ns = timeline.now_ns()
-        bucket.request = self.comm.all_reduce(bucket.buffer, op=op, algorithm=self.algorithm,
-                                              async_op=True)
+        if when == "step" and not self._in_flight():
+            # Nothing to overlap with any more: run it on this thread (see Threads).
+            self.comm.all_reduce(bucket.buffer, op=op, algorithm=self.algorithm)
+            bucket.request = _DONE
+            timeline.record(f"all-reduce bucket {bucket.index}", "comm", bucket.started_ns,
+                            timeline.now_ns(), bytes=bucket.nbytes)
+        else:
+            bucket.request = self.comm.all_reduce(bucket.buffer, op=op,
+                                                  algorithm=self.algorithm, async_op=True)
         self.launch_log.append((bucket.index, when))
         self._launched += 1
+
+    def _in_flight(self):
+        """Whether an all-reduce this optimizer started on the collectives thread
+        may still be running (a later one must then queue behind it there)."""
+        for bucket in self.buckets[:self._launched]:
+            req = bucket.request
+            if req is not None and req is not _DONE and not req.test():
+                return True
+        return False
 
     # -- step ------------------------------------------------------------------------
     def synchronize(self):
@@ -243,10 +273,11 @@ class DistributedOptimizer:
                     self._fill(bucket, i)
         self._launch_ready("step")
         for bucket in self.buckets:
-            with timeline.span(f"all-reduce wait bucket {bucket.index}", "wait"):
-                bucket.request.wait()
-            timeline.record(f"all-reduce bucket {bucket.index}", "comm", bucket.started_ns,
-                            timeline.now_ns(), bytes=bucket.nbytes)
+            if bucket.request is not _DONE:
+                with timeline.span(f"all-reduce wait bucket {bucket.index}", "wait"):
+                    bucket.request.wait()
+                timeline.record(f"all-reduce bucket {bucket.index}", "comm", bucket.started_ns,
+                                timeline.now_ns(), bytes=bucket.nbytes)
             self._unpack(bucket)
             bucket.request = None
         for key in self._passes:
@@ -258,7 +289,9 @@ class DistributedOptimizer:
                 p.grad = None
                 continue
             avg = bucket.view(i).reshape(p.data.shape)
-            if p.grad is None or p.grad.shape != p.data.shape:
+            if avg.dtype == p.data.dtype:
+                p.grad = avg                # a view: see "Gradients are bucket views"
+            elif p.grad is None or p.grad.shape != p.data.shape or p.grad.dtype != p.data.dtype:
                 p.grad = avg.astype(p.data.dtype, copy=True)
             else:
                 p.grad[...] = avg
@@ -280,7 +313,7 @@ class DistributedOptimizer:
         self.optimizer.zero_grad(set_to_none)
         if self._launched and any(b.request is not None for b in self.buckets):
             for bucket in self.buckets:      # a step abandoned mid-way: drain its requests
-                if bucket.request is not None:
+                if bucket.request is not None and bucket.request is not _DONE:
                     bucket.request.wait()
         self._new_step()
         self.launch_log = []

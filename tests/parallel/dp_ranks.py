@@ -92,6 +92,43 @@ def bucket_layout(comm, bucket_bytes, overlap):
     return layout, nbytes, logs, [n for n, _ in model.named_parameters()]
 
 
+def grads_as_views(comm, overlap):
+    """Two steps: after each, every .grad is a view into its bucket holding the
+    average (checked here against an all-reduce of a copy of the local grads);
+    returns (views everywhere, averages right, a collectives thread started)."""
+    import threading
+
+    def workers():
+        return sum(t.name == "commrt-collectives" for t in threading.enumerate())
+
+    comm = comm.split(0)            # a fresh communicator: no collectives thread yet
+    before = workers()
+    model = small_model(0)
+    opt = DistributedOptimizer(make_optimizer("sgd", model.parameters()), comm,
+                               bucket_bytes=2048, overlap=overlap)
+    views, right = [], []
+    for x, y in batches(2, 8, seed=comm.rank):
+        opt.zero_grad()
+        F.cross_entropy(model(nn.Tensor(x)), y).backward()
+        local = [p.grad.copy() for p in model.parameters()]
+        opt.synchronize()
+        views.append(all(any(np.shares_memory(p.grad, b.buffer) for b in opt.buckets)
+                         for p in model.parameters()))
+        right.append(all(np.allclose(p.grad, g) for p, g in zip(model.parameters(),
+                                                                 _average(comm, local))))
+        opt.step()
+    return all(views), all(right), workers() > before
+
+
+def _average(comm, arrays):
+    out = []
+    for a in arrays:
+        a = a.copy()
+        comm.all_reduce(a)
+        out.append(a / comm.size)
+    return out
+
+
 # ---- missing gradients -------------------------------------------------------------
 class Branches(nn.Module):
     """trunk -> head_a always; head_b only when asked; unused never."""

@@ -76,6 +76,15 @@ def test_overlap_off_starts_everything_in_step(world4):
             assert total == [(i, "step") for i in range(len(layout))]
 
 
+def test_averaged_grads_are_bucket_views_and_step_buckets_run_on_the_caller(world4):
+    # overlap off: every all-reduce starts in step() with nothing in flight, so each
+    # runs on the calling thread and the collectives thread is never started
+    for views, right, worker in world4.run(dp_ranks.grads_as_views, False, timeout=60):
+        assert views and right and not worker
+    for views, right, worker in world4.run(dp_ranks.grads_as_views, True, timeout=60):
+        assert views and right and worker
+
+
 @pytest.mark.parametrize("bucket_bytes", [64, 1 << 20])
 def test_missing_gradients_are_zero_filled(world4, bucket_bytes):
     results = world4.run(dp_ranks.missing_grads, bucket_bytes, timeout=60)
