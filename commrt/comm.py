@@ -105,6 +105,24 @@ class Communicator:
         """Start receiving into buf -> Request."""
         return self._engine.irecv(buf, self._src(src), self._ctx, tag, self._rank_of)
 
+    def sendrecv(self, sendbuf, dst, recvbuf, src, tag=0, *, timeout=None, meta=0):
+        """Send sendbuf to dst and receive recvbuf from src at once (MPI_Sendrecv)
+        -> Status of the receive.  Safe for pairwise exchanges: the receive is
+        posted before the send, so two ranks exchanging never wait on each other."""
+        rq, sq = self._exchange(sendbuf, dst, recvbuf, src, tag, meta, 0.0)
+        wait_all([rq, sq], timeout)
+        return rq.status
+
+    def _exchange(self, sendbuf, dst, recvbuf, src, tag, meta, wait):
+        """(recv, send) Requests of a sendrecv whose receive was waited for up to
+        `wait` seconds (the collectives' pairwise step, in one engine call)."""
+        if self._identity and type(dst) is int and type(src) is int and 0 <= dst < self.size \
+                and 0 <= src < self.size:
+            return self._engine.exchange(sendbuf, dst, recvbuf, src, self._ctx, tag, meta, wait)
+        return self._engine.exchange(sendbuf, self._peer(dst, "dst"), recvbuf,
+                                     self._peer(src, "src"), self._ctx, tag, meta, wait,
+                                     self._rank_of)
+
     def send_obj(self, obj, dst, tag=0, *, timeout=None):
         """Send a picklable object (peers are authenticated, so unpickling is safe)."""
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)

@@ -321,3 +321,20 @@ def cast_into(dst, src):
         return dst
     _device_module(dst).cast_into(dst, src)
     return dst
+
+
+def binary_ufunc(op, dtype):
+    """The NumPy ufunc ``f`` with ``f(a, b, out=dst)`` == ``dst = a OP b`` for ``dtype``
+    with the same result as ``reduce_into``, or None where that takes more than one
+    plain ufunc call (bool aliases, logical ops, complex, bitwise ops on floats).
+
+    For tiny buffers one ufunc call is the cheapest reduction there is; the
+    collectives' small-message path uses it, with either operand first.  (NumPy
+    computes float16 in float32 and rounds once, as ``reduce_into`` does.)"""
+    name = canonical_op(op)
+    kind = np.dtype(dtype).kind
+    if kind in "iu" and name not in ("land", "lor"):
+        return UFUNCS[name]
+    if kind == "f" and name in ("sum", "prod", "min", "max"):
+        return UFUNCS[name]
+    return None

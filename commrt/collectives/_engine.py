@@ -112,6 +112,7 @@ class CommState:
         self._queue = None
         self._worker = None
         self.probe_req = None                    # posted receive for probes, once needed
+        self.small = {}                          # prepared small all-reduces (_small.py)
         self.probe_buf = np.zeros(2, np.uint64)
         # knobs, read once per communicator (a collective call must stay cheap)
         self.timeout = config.get("COMMRT_TIMEOUT")
@@ -204,7 +205,9 @@ class Call:
     """One collective call on one rank: its fingerprint and its messages."""
 
     def __init__(self, comm, kind, *, count=0, dtype=None, op=None, root=0, algo="-",
-                 timeout=None):
+                 timeout=None, seq=None):
+        """seq: the sequence number of a call already begun (and recorded) by the
+        small-message path (collectives/_small.py), which hands it over here."""
         st = state_of(comm)
         if st.poisoned is not None:
             raise CollectiveMismatchError(f"communicator unusable after an earlier collective "
@@ -213,8 +216,11 @@ class Call:
         self.coll = comm._coll
         self.state = st
         self.rank, self.size = comm.rank, comm.size
-        self.seq = st.seq
-        st.seq += 1
+        resumed = seq is not None
+        if not resumed:
+            seq = st.seq
+            st.seq += 1
+        self.seq = seq
         self.kind = kind
         self.algo = algo
         self.count = count
@@ -224,7 +230,8 @@ class Call:
         self.meta = pack(self.seq, KIND_CODE[kind], ALGO_CODE.get(algo, 15), count,
                          DTYPE_CODE.get(self.dtype, 31) if self.dtype is not None else 0,
                          op.value if op is not None else 0, root)
-        st.history.append((self.seq, self.meta, count))
+        if not resumed:
+            st.history.append((self.seq, self.meta, count))
         self.timeout = st.timeout if timeout is None else float(timeout)
         self.deadline = None
         self.sends = []
@@ -263,6 +270,26 @@ class Call:
         st = self._wait_req(rv.req, rv.src)
         if st.meta != self.meta or st.nbytes != rv.nbytes:
             self._mismatch(rv.src, st.meta, st.nbytes, rv.nbytes)
+        return st
+
+    def exchange(self, sbuf, dst, rbuf, src):
+        """Send sbuf to dst and receive rbuf from src (checked as by wait); the
+        send completes by end() or wait_sends().  One engine call when the
+        answer comes within the probe interval, as it does in a healthy run."""
+        try:
+            rq, sq = self.coll._exchange(sbuf, dst, rbuf, src, TAG, self.meta, self.probe_s)
+        except CommError as exc:
+            self._failed(exc, src)
+        self.sends.append(sq)
+        if rq.done:
+            try:
+                st = rq.status
+            except CommError as exc:
+                self._failed(exc, src)
+        else:
+            st = self._wait_req(rq, src)
+        if st.meta != self.meta or st.nbytes != rbuf.nbytes:
+            self._mismatch(src, st.meta, st.nbytes, rbuf.nbytes)
         return st
 
     def waitall(self, recvs):

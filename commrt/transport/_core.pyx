@@ -401,6 +401,45 @@ cdef class Engine:
             self._wait(q, timeout)
         return q._finish()
 
+    def exchange(self, sendbuf, int dst, recvbuf, int src, uint32_t ctx, int tag, uint64_t meta,
+                 double wait, rank_of=None):
+        """Post a receive from src, then a send to dst, and wait for the receive
+        up to `wait` seconds (spinning, then sleeping) -> (recv, send) Requests.
+
+        The building block of sendrecv and of every pairwise exchange in the
+        collectives: one call instead of four (irecv, isend, two waits), and
+        the receive is posted before the send, so two ranks exchanging with
+        each other never queue the other's message as unexpected.  Neither
+        request is raised on here: the caller waits or tests them."""
+        cdef eng_t *E = self.E
+        cdef int64_t deadline
+        cdef int64_t slice_end
+        self._check_rank(dst, "dst")
+        self._check_rank(src, "src")
+        if tag < 0:
+            raise ValueError(f"tag must be >= 0, got {tag}")
+        rq = self._new(K_RECV, recvbuf, src, ctx, tag, 0, rank_of)
+        sq = self._new(K_SEND, sendbuf, dst, ctx, tag, meta, rank_of)
+        self._post(rq, False)
+        self._post(sq, False)
+        deadline = now_ns() + <int64_t>(wait * 1e9)
+        while rq.r.state < S_DONE:
+            slice_end = now_ns() + 200000000     # check for signals (Ctrl-C) every 200 ms
+            if slice_end > deadline:
+                slice_end = deadline
+            with nogil:
+                block(E, &rq.r, slice_end)
+            PyErr_CheckSignals()
+            if now_ns() >= deadline:
+                break
+        if sq.r.state < S_DONE and E.pt_parked and E.drivers == 0:
+            with nogil:                           # a send left behind moves on its own
+                pthread_mutex_lock(&E.lock)
+                if sq.r.state < S_DONE and E.pt_parked and E.drivers == 0:
+                    wake_progress_thread(E)
+                pthread_mutex_unlock(&E.lock)
+        return rq, sq
+
     # ------------------------------------------------------------ waiting
     cdef int _wait(self, Request q, object timeout) except -1:
         cdef eng_t *E = self.E

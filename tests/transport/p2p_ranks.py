@@ -268,3 +268,49 @@ def mixed_channels(comm):
             reqs.append(comm.isend(np.full(50_000, comm.rank, np.int32), r, 4))
     commrt.wait_all(reqs, timeout=30)
     return kinds, all(int(b[0]) == r and int(b[-1]) == r for r, b in bufs.items())
+
+
+def sendrecv_shift(comm, nbytes, dtype="uint8"):
+    """Every rank sends to the right and receives from the left in one sendrecv
+    (a ring shift: with separate blocking sends it could deadlock), then swaps
+    with a partner; returns what it checked."""
+    size, r = comm.size, comm.rank
+    right, left = (r + 1) % size, (r - 1) % size
+    mine = payload(r, right, 1, nbytes, np.dtype(dtype))
+    got = np.empty_like(payload(left, r, 1, nbytes, np.dtype(dtype)))
+    st = comm.sendrecv(mine, right, got, left, tag=4, meta=r + 100)
+    ok_shift = (st.source, st.tag, st.nbytes, st.meta) == (left, 4, got.nbytes, left + 100) \
+        and got.tobytes() == payload(left, r, 1, nbytes, np.dtype(dtype)).tobytes()
+    partner = r ^ 1
+    if partner >= size:
+        partner = r                         # the odd rank out exchanges with itself
+    mine = payload(r, partner, 2, nbytes, np.dtype(dtype))
+    got = np.empty_like(mine)
+    comm.sendrecv(mine, partner, got, partner, tag=5)
+    ok_pair = got.tobytes() == payload(partner, r, 2, nbytes, np.dtype(dtype)).tobytes()
+    return ok_shift, ok_pair
+
+
+def sendrecv_errors(comm):
+    """A too-small receive buffer, bad ranks and a timeout, each with a clear error."""
+    out = {}
+    if comm.rank < 2:
+        peer = 1 - comm.rank
+        small = np.zeros(4, np.uint8)
+        try:
+            comm.sendrecv(np.ones(8, np.uint8), peer, small, peer, tag=6)
+        except MessageTruncatedError as exc:
+            out["trunc"] = (exc.message_bytes, exc.buffer_bytes)
+        try:
+            comm.sendrecv(np.ones(1, np.uint8), comm.size, small, peer)
+        except ValueError as exc:
+            out["bad_dst"] = str(exc)
+        t0 = time.monotonic()
+        try:                                 # nobody sends tag 7 back
+            comm.sendrecv(np.ones(1, np.uint8), peer, small, peer, tag=7 + comm.rank,
+                          timeout=0.3)
+        except CommTimeoutError as exc:
+            out["timeout"] = (str(exc), time.monotonic() - t0)
+        # the unmatched messages (tag 7 / 8) are still there; drain them
+        comm.recv(small[:1], peer, 7 + peer, timeout=10)
+    return out

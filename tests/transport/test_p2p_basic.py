@@ -91,3 +91,17 @@ def test_ranks_on_two_pretend_hosts_mix_shared_memory_and_tcp():
         for peer, kind in kinds.items():
             want = "self" if peer == me else ("shm" if hosts[peer] == hosts[me] else "tcp")
             assert kind == want, (me, peer, kind)
+
+
+@pytest.mark.parametrize("nbytes", [0, 8, 16385, 1 << 20])
+def test_sendrecv_ring_shift_and_pairs(world3, nbytes):
+    assert world3.run(R.sendrecv_shift, nbytes) == [(True, True)] * 3
+
+
+def test_sendrecv_errors(world3):
+    out = world3.run(R.sendrecv_errors)
+    for r in (0, 1):
+        assert out[r]["trunc"] == (8, 4), out[r]
+        assert "out of range" in out[r]["bad_dst"]
+        msg, elapsed = out[r]["timeout"]
+        assert "recv" in msg and elapsed < 5, out[r]

@@ -1,0 +1,135 @@
+"""The small all-reduce path: recursive doubling with no per-call set-up.
+
+A tiny all-reduce (a loss, a flag, a counter) is all latency.  The general
+path spends several microseconds in Python before its first message
+(argument checks, the reducer, the cost model, a Call object), several
+times the transport's own latency.  Here, the first call of a given
+(shape, dtype, op) on a communicator that the cost model sends to
+recursive doubling prepares a Plan: the fingerprint without its sequence
+number, the partner and operand order of each step, a scratch buffer and
+the NumPy ufunc that reduces (``commrt.kernels.reduce.binary_ufunc``).
+Later calls only stamp the sequence number and, per step, make one engine
+call (``Communicator._exchange``: post the receive, send, wait) and one
+ufunc call.
+
+The messages, fingerprints and operand order are exactly those of
+``allreduce/recursive_doubling.py`` for a power-of-two world, so a rank
+on this path and a rank on the general one interoperate and results stay
+bitwise equal.  Anything unusual -- no answer within the probe interval,
+a send still in flight, an error, a fingerprint that differs -- hands the
+call over to a Call with the same sequence number, which waits, probes,
+reports mismatches and lost peers exactly as the general path does.
+"""
+import numpy as np
+
+from commrt.collectives._engine import ALGO_CODE, DTYPE_CODE, KIND_CODE, TAG, Call, pack
+from commrt.errors import CommError
+
+ALGO = "recursive_doubling"
+MAX_PLANS = 64          # distinct (shape, dtype, op) kept per communicator
+
+
+class Plan:
+    __slots__ = ("base", "count", "nbytes", "dtype", "op", "ufunc", "tmp", "steps",
+                 "exchange", "wait", "avg")
+
+    def __init__(self, comm, st, buf, op, ufunc, avg):
+        self.count = buf.size
+        self.nbytes = buf.nbytes
+        self.dtype = buf.dtype
+        self.op = op
+        self.base = pack(0, KIND_CODE["all_reduce"], ALGO_CODE[ALGO], buf.size,
+                         DTYPE_CODE[buf.dtype], op.value, 0)
+        self.ufunc = ufunc
+        self.tmp = np.empty_like(buf)
+        # (partner, whether our copy is the left operand): the lower rank's goes first
+        self.steps = []
+        mask = 1
+        while mask < comm.size:
+            self.steps.append((comm.rank ^ mask, comm.rank < comm.rank ^ mask))
+            mask <<= 1
+        self.exchange = comm._coll._exchange
+        self.wait = min(st.probe_s, st.timeout)
+        self.avg = avg
+
+
+def prepare(comm, st, buf, key, op):
+    """Remember a Plan for all-reduces like this one, where the path applies."""
+    from commrt.kernels.reduce import binary_ufunc
+
+    n = comm.size
+    if n < 2 or n & (n - 1) or buf.dtype not in DTYPE_CODE:
+        return
+    if not (buf.flags.c_contiguous and buf.flags.writeable):
+        return
+    avg = op.name == "AVG"
+    ufunc = binary_ufunc("sum" if avg else op.kernel, buf.dtype)
+    if ufunc is None:
+        return
+    if len(st.small) >= MAX_PLANS:
+        st.small.clear()
+    st.small[key] = Plan(comm, st, buf, op, ufunc, avg)
+
+
+def run(comm, st, buf, plan):
+    """All-reduce buf in place along its Plan; returns buf."""
+    if not (buf.flags.c_contiguous and buf.flags.writeable):
+        return None                         # not this path: the caller takes the general one
+    seq = st.seq
+    st.seq = seq + 1
+    meta = plan.base | (seq & 0xFFFF)
+    st.history.append((seq, meta, plan.count))
+    tmp, f = plan.tmp, plan.ufunc
+    for i, (partner, first) in enumerate(plan.steps):
+        rq, sq = plan.exchange(buf, partner, tmp, partner, TAG, meta, plan.wait)
+        if not (rq.done and sq.done):
+            return _resume(comm, buf, plan, seq, i, rq, sq)
+        try:
+            status = rq.status
+        except CommError:
+            return _resume(comm, buf, plan, seq, i, rq, sq)
+        if status.meta != meta or status.nbytes != plan.nbytes:
+            return _resume(comm, buf, plan, seq, i, rq, sq)
+        if first:
+            f(buf, tmp, out=buf)
+        else:
+            f(tmp, buf, out=buf)
+    if plan.avg:
+        _average(buf, comm.size)
+    return buf
+
+
+def _resume(comm, buf, plan, seq, i, rq, sq):
+    """Finish the call from step i with a Call (same sequence number): it waits
+    with deadlines and probes, and raises what the general path would."""
+    call = Call(comm, "all_reduce", count=plan.count, dtype=plan.dtype, op=plan.op,
+                algo=ALGO, seq=seq)
+    call.start()
+    tmp, f = plan.tmp, plan.ufunc
+    try:
+        partner, first = plan.steps[i]
+        call.sends.append(sq)
+        status = call._wait_req(rq, partner)
+        if status.meta != call.meta or status.nbytes != plan.nbytes:
+            call._mismatch(partner, status.meta, status.nbytes, plan.nbytes)
+        for j in range(i, len(plan.steps)):
+            partner, first = plan.steps[j]
+            if j > i:
+                call.exchange(buf, partner, tmp, partner)
+            call.wait_sends()               # the partner has our copy; buf may change now
+            if first:
+                f(buf, tmp, out=buf)
+            else:
+                f(tmp, buf, out=buf)
+        call.end()
+    finally:
+        call.state.current = None
+    if plan.avg:
+        _average(buf, comm.size)
+    return buf
+
+
+def _average(buf, n):
+    from commrt.kernels.reduce import scale_into
+
+    scale_into(buf, n)

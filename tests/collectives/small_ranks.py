@@ -1,0 +1,88 @@
+"""Rank-side functions of the small all-reduce path tests (collectives/_small.py)."""
+import json
+import os
+import time
+
+import numpy as np
+
+import commrt.collectives as C
+from commrt.errors import CollectiveMismatchError, PeerLostError
+
+from coll_ranks import check, data, digest, reference
+
+
+def plans(comm):
+    return len(comm.state["collectives"].small)
+
+
+def repeated(comm, seed, n, dtype, op, calls=4, general_ranks=()):
+    """`calls` all-reduces of fresh data with the automatic choice; ranks in
+    general_ranks pass timeout= (which keeps them on the general path).  Returns
+    (digests, whether this call has a plan)."""
+    out = []
+    for i in range(calls):
+        x = data(seed + i, comm.rank, n, dtype, op)
+        if x.ndim == 1 and n == 6:
+            x = x.reshape(2, 3)              # any C-contiguous shape
+        want, tol = reference(seed + i, comm.size, n, dtype, op)
+        kw = {"timeout": 30} if comm.rank in general_ranks else {}
+        assert C.all_reduce(comm, x, op, **kw) is x
+        check(x.reshape(-1), want, tol, f"small all_reduce {op} {dtype} n={n} call {i}")
+        out.append(digest(x))
+    return out, (x.shape, x.dtype, op) in comm.state["collectives"].small
+
+
+def traffic(comm, n):
+    x = np.ones(n, np.float32)
+    for _ in range(2):
+        C.all_reduce(comm, x, "MAX")
+    C.barrier(comm)
+    before = sum(v["bytes_sent"] for v in comm.stats().values())
+    C.all_reduce(comm, x, "MAX")
+    after = sum(v["bytes_sent"] for v in comm.stats().values())
+    C.barrier(comm)
+    return after - before, plans(comm)
+
+
+def mismatch(comm, case):
+    """Warm the plans on a fresh group, then make a mismatched call."""
+    sub = C.new_group(comm, list(range(comm.size)))
+    r = comm.rank
+    for _ in range(2):
+        C.all_reduce(sub, np.ones(4, np.float32), "SUM")
+        C.all_reduce(sub, np.ones(4, np.float32), "MAX")
+        C.all_reduce(sub, np.ones(5, np.float32), "SUM")
+    t0 = time.monotonic()
+    try:
+        if case == "op":            # both on planned calls
+            C.all_reduce(sub, np.ones(4, np.float32), "SUM" if r == 0 else "MAX")
+        elif case == "count":       # both planned, counts differ
+            C.all_reduce(sub, np.ones(4 + (r == 1), np.float32), "SUM")
+        elif case == "kind":        # a planned all-reduce against a broadcast
+            if r == 0:
+                C.all_reduce(sub, np.ones(4, np.float32), "SUM")
+            else:
+                C.broadcast(sub, np.ones(4, np.float32), 0)
+        C.barrier(sub, timeout=30)
+    except CollectiveMismatchError as exc:
+        return "raised", str(exc), time.monotonic() - t0
+    return "no error", "", time.monotonic() - t0
+
+
+def dead_peer(comm, outdir):
+    """The last rank dies after warming the plan; the others must see PeerLostError
+    (written to outdir/<rank>.json: the world reports the dead rank)."""
+    x = np.ones(2, np.float64)
+    for _ in range(3):
+        C.all_reduce(comm, x, "SUM")
+    C.barrier(comm)
+    if comm.rank == comm.size - 1:
+        os._exit(3)
+    t0 = time.monotonic()
+    try:
+        C.all_reduce(comm, x, "SUM")
+        err = None
+    except PeerLostError as exc:
+        err = str(exc)
+    with open(os.path.join(outdir, f"{comm.rank}.json"), "w") as f:
+        json.dump([err, time.monotonic() - t0, plans(comm)], f)
