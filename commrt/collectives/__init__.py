@@ -104,14 +104,23 @@ def _check_root(comm, root):
 
 
 def _reducer(comm, op, dtype):
-    """(op, reduce(dst, src), reduce_many(dst, srcs)) after checking op against dtype."""
+    """(op, reduce(dst, src), reduce_many(dst, srcs)) after checking op against dtype
+    (memoised per communicator: building them costs more than a tiny collective)."""
+    st = state_of(comm)
+    key = ("reducer", op, dtype)
+    made = st.cache.get(key)
+    if made is None:
+        made = st.cache[key] = _make_reducer(comm, st, op, dtype)
+    return made
+
+
+def _make_reducer(comm, st, op, dtype):
     from commrt.kernels.reduce import check_op_dtype, reduce_into, reduce_into_many
 
     op = ReduceOp.parse(op)
     if op is AVG and np.dtype(dtype).kind not in "iufc":
         raise TypeError(f"AVG is not defined for dtype {np.dtype(dtype)}")
     kop = check_op_dtype(op.kernel, dtype)
-    st = state_of(comm)
     parallel = st.cache.get("parallel", 0)
     if parallel == 0:
         me = comm.host_of(comm.rank)
