@@ -154,6 +154,12 @@ def _pick(module, comm, algorithm, nbytes, what):
 # -- buffer collectives ----------------------------------------------------------
 def barrier(comm, *, timeout=None, async_op=False):
     """Return once every rank has entered the barrier."""
+    if timeout is None and not async_op and comm.size > 1:
+        st = comm.state.get("collectives")
+        if st is not None and not st.pending and st.poisoned is None:
+            plan = st.small.get("barrier") or _small.prepare_barrier(comm, st)
+            _small.run(comm, st, plan.tmp, plan)
+            return None
     call = Call(comm, "barrier", algo="dissemination", timeout=timeout)
     return execute(call, lambda: _barrier.run(call), async_op)
 

@@ -86,3 +86,35 @@ def dead_peer(comm, outdir):
         err = str(exc)
     with open(os.path.join(outdir, f"{comm.rank}.json"), "w") as f:
         json.dump([err, time.monotonic() - t0, plans(comm)], f)
+
+
+def barrier_holds(comm, rounds=3):
+    """Rank r enters each barrier r·30 ms late; nobody may leave before the last
+    one entered.  Returns (entered, left) times per round (one monotonic clock
+    for the whole host) and whether the barrier took the small path."""
+    out = []
+    C.barrier(comm)
+    for k in range(rounds):
+        time.sleep(0.03 * ((comm.rank + k) % comm.size))
+        entered = time.monotonic()
+        C.barrier(comm)
+        out.append((entered, time.monotonic()))
+    return out, "barrier" in comm.state["collectives"].small
+
+
+def barrier_against_all_reduce(comm):
+    """A planned barrier on rank 0 against a planned all-reduce elsewhere."""
+    sub = C.new_group(comm, list(range(comm.size)))
+    for _ in range(2):
+        C.barrier(sub)
+        C.all_reduce(sub, np.ones(4, np.float32), "SUM")
+    t0 = time.monotonic()
+    try:
+        if comm.rank == 0:
+            C.barrier(sub)
+        else:
+            C.all_reduce(sub, np.ones(4, np.float32), "SUM")
+        C.barrier(sub, timeout=30)
+    except CollectiveMismatchError as exc:
+        return "raised", str(exc), time.monotonic() - t0
+    return "no error", "", time.monotonic() - t0

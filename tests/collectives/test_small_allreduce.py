@@ -66,3 +66,17 @@ def test_dead_peer_fails_the_others_fast(transport, tmp_path):
         err, elapsed, plans = json.loads((tmp_path / f"{r}.json").read_text())
         assert err is not None and "rank 3" in err, (r, err)
         assert elapsed < 2.5 and plans > 0, (r, elapsed, plans)
+
+
+def test_barrier_waits_for_the_last_rank(world):
+    res = world.run(S.barrier_holds)
+    for k in range(3):
+        last_in = max(r[0][k][0] for r in res)
+        assert all(r[0][k][1] >= last_in for r in res), (k, res)
+    assert all(r[1] for r in res)
+
+
+def test_barrier_against_all_reduce_is_a_mismatch(world):
+    res = world.run(S.barrier_against_all_reduce, timeout=60)
+    for r, (where, msg, elapsed) in enumerate(res):
+        assert where == "raised" and "mismatch" in msg and elapsed < 20, (r, res)
