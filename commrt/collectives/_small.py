@@ -117,12 +117,8 @@ def run(comm, st, buf, plan):
             return _resume(comm, buf, plan, seq, i, rq, sq)
         if status.meta != meta or status.nbytes != plan.nbytes:
             return _resume(comm, buf, plan, seq, i, rq, sq)
-        if f is None:
-            continue
-        if first:
-            f(buf, tmp, out=buf)
-        else:
-            f(tmp, buf, out=buf)
+        if f is not None:
+            _combine(f, buf, tmp, first)
     if plan.avg:
         _average(buf, comm.size)
     return buf
@@ -146,18 +142,22 @@ def _resume(comm, buf, plan, seq, i, rq, sq):
             if j > i:
                 call.exchange(buf, dst, tmp, src)
             call.wait_sends()               # the partner has our copy; buf may change now
-            if f is None:
-                continue
-            if first:
-                f(buf, tmp, out=buf)
-            else:
-                f(tmp, buf, out=buf)
+            if f is not None:
+                _combine(f, buf, tmp, first)
         call.end()
     finally:
         call.state.current = None
     if plan.avg:
         _average(buf, comm.size)
     return buf
+
+
+def _combine(f, buf, tmp, first):
+    """buf = buf OP tmp, or tmp OP buf: the lower rank's operand always goes first."""
+    if first:
+        f(buf, tmp, out=buf)
+    else:
+        f(tmp, buf, out=buf)
 
 
 def _average(buf, n):
