@@ -13,10 +13,11 @@ over channels:
 
     V[xi] = (B^T d B)[xi]      (C, T)    input transform    (T = N * tiles)
     U[xi] = (G g G^T)[xi]      (K, C)    weight transform
-    M[xi] = U[xi] @ V[xi]      (K, T)    36 BLAS products, batched
+    M[xi] = U[xi] @ V[xi]      (K, T)    36 BLAS products
     y     = A^T M A            (N, K, Ho, Wo)
 
-Backward is the adjoint of each step and reuses the forward's V and U:
+Backward is the adjoint of each step; it reuses the forward's U and
+recomputes V from x:
 
     dM[xi] = (A dy A^T)[xi]          (K, T)   (and db, the sum of dy, on the way)
     dV[xi] = U[xi]^T @ dM[xi]        (C, T)   -> dx: B dV B^T summed over overlapping tiles
@@ -40,7 +41,7 @@ padding, and beyond it for a last partial tile) read as zero, outputs beyond
 """
 import numpy as np
 
-from commrt.kernels._jit import njit, prange
+from commrt.kernels._jit import njit, numba, prange
 
 # points 0, 1, -1, 2, -1/2 and infinity
 BT = np.array([[1, 3 / 2, -2, -3 / 2, 1, 0], [0, -1, -5 / 2, -1 / 2, 1, 0],
@@ -65,7 +66,8 @@ def weight_transform(w):
     """(K, C, 3, 3) -> U (36, K, C) = G g G^T at each of the 36 positions."""
     g = G.astype(w.dtype)
     K, C = w.shape[:2]
-    return np.einsum("ri,kcij,sj->rskc", g, w, g, optimize=True).reshape(36, K, C)
+    U = np.einsum("ri,kcij,sj->rskc", g, w, g, optimize=True).reshape(36, K, C)
+    return np.ascontiguousarray(U)
 
 
 def weight_transform_adjoint(dU):
@@ -82,17 +84,21 @@ def weight_transform_adjoint(dU):
 # Each kernel applies them along the rows and then along the columns of every
 # tile, in inner loops over the tile columns t that vectorise.
 #
-# Each kernel runs in parallel over image planes (n, c) or (n, k); a plane owns
-# the T-contiguous segment [n*th*tw, (n+1)*th*tw) of each of the 36 rows of V
-# or M, so no two threads write the same element.  Inside a plane the columns
-# are kept apart by phase (X[j, h, t] is column 4*t + j), so that the inner
-# loops run with unit stride; only the copies in and out of a plane touch
-# single pixels.  A kernel is a serial function of one plane called from a
-# prange loop: compiled inside the parallel loop itself, the same loops ran 2x
-# slower.  Indices are unsigned (``_u``): Numba then drops its negative-index
+# Each kernel transforms one image plane (n, c) or (n, k) into, or out of,
+# the segment [base, base + th*tw) of each of the 36 rows of V or M, so that
+# no two threads that take different planes write the same element.  Inside a
+# plane the columns are kept apart by phase (X[j, ., t] is column 4*t + j),
+# so that the inner loops run with unit stride, and where the layout allows,
+# one inner loop runs over all th*tw tiles of the plane (LLVM vectorises with
+# 16 floats, so a loop over the tw tiles of one row, 8 in the benchmark, stays
+# scalar); only the copies in and out of a plane touch single pixels.  A
+# kernel is a serial function of one plane called from a prange loop:
+# compiled inside the parallel loop itself, the same loops ran 2x slower.
+# Indices are unsigned (``_u``): Numba then drops its negative-index
 # wrap-around test and LLVM vectorises the inner loops.  Mixing uint64 with
-# int64 gives float64, which Numba refuses as an index, so every index below
-# is built from ``_u`` values only.
+# int64 gives float64 (loops that then ran 1.5x slower), so every index below
+# is built from ``_u`` values only: the plane functions convert their integer
+# arguments first.
 
 _u = np.uint64
 
@@ -155,111 +161,112 @@ def _a(k, g0, g1, g2, g3):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _input_transform_plane(x, ph, pw, th, tw, V, p):
-    N, C, H, W = x.shape
+def _input_transform_plane(x, n, c, ph, pw, th, tw, V, base):
+    """V[:, c, base:base + th*tw] = B^T d B for every tile d of plane x[n, c]."""
+    n, c, base = _u(n), _u(c), _u(base)
+    H, W = x.shape[2:]
     u0, u1, u2, u3, u4, u5, u6 = _u(0), _u(1), _u(2), _u(3), _u(4), _u(5), _u(6)
     th_, tw_ = _u(th), _u(tw)
-    Hp, Wh = u4 * th_ + u2, tw_ + u1
-    n, c = _u(p // C), _u(p % C)
+    Wh = tw_ + u1
     cf = _consts(x)
-    X = np.zeros((4, Hp, Wh), x.dtype)              # the plane in a zero border, by phase
+    # the plane in a zero border, by phase: padded pixel (4q + i, 4s + j) is X[j, i, q*Wh + s]
+    X = np.zeros((4, 4, (th_ + u1) * Wh), x.dtype)
     line = np.zeros(4 * Wh, x.dtype)                # one padded row
-    wn = _u(max(0, min(W, 4 * Wh - pw)))
-    for h in range(_u(max(0, min(H, Hp - ph)))):
+    wn = _u(max(0, min(W, 4 * (tw + 1) - pw)))
+    for h in range(_u(max(0, min(H, 4 * th + 2 - ph)))):
         hq = h + _u(ph)
+        i, z = hq % u4, (hq // u4) * Wh
         for w in range(wn):
             line[w + _u(pw)] = x[n, c, h, w]
         for t in range(Wh):
-            X[u0, hq, t] = line[u4 * t]
-            X[u1, hq, t] = line[u4 * t + u1]
-            X[u2, hq, t] = line[u4 * t + u2]
-            X[u3, hq, t] = line[u4 * t + u3]
-    R = np.empty((4, 6, th, Wh), x.dtype)           # B^T along the rows: R[j, r, t1, t]
+            X[u0, i, z + t] = line[u4 * t]
+            X[u1, i, z + t] = line[u4 * t + u1]
+            X[u2, i, z + t] = line[u4 * t + u2]
+            X[u3, i, z + t] = line[u4 * t + u3]
+    # B^T down the columns, all tiles at once: rows 4t1 .. 4t1+5 are X[j, 0..3, p], X[j, 0..1, p + Wh]
+    R = np.empty((4, 6, th_ * Wh), x.dtype)         # R[j, r, t1*Wh + t]
     for j in range(u4):
+        for t in range(th_ * Wh):
+            o = _bt(cf, X[j, u0, t], X[j, u1, t], X[j, u2, t], X[j, u3, t], X[j, u0, t + Wh],
+                    X[j, u1, t + Wh])
+            R[j, u0, t] = o[0]
+            R[j, u1, t] = o[1]
+            R[j, u2, t] = o[2]
+            R[j, u3, t] = o[3]
+            R[j, u4, t] = o[4]
+            R[j, u5, t] = o[5]
+    for r in range(u6):                             # then along the rows: columns 4t .. 4t+5
+        row = u6 * r
         for t1 in range(th_):
-            h = u4 * t1
-            for t in range(Wh):
-                o = _bt(cf, X[j, h, t], X[j, h + u1, t], X[j, h + u2, t], X[j, h + u3, t],
-                        X[j, h + u4, t], X[j, h + u5, t])
-                R[j, u0, t1, t] = o[0]
-                R[j, u1, t1, t] = o[1]
-                R[j, u2, t1, t] = o[2]
-                R[j, u3, t1, t] = o[3]
-                R[j, u4, t1, t] = o[4]
-                R[j, u5, t1, t] = o[5]
-    for r in range(u6):                             # then B along columns 4t .. 4t+5
-        for t1 in range(th_):
-            base = n * th_ * tw_ + t1 * tw_
-            row = u6 * r
+            z, out = t1 * Wh, base + t1 * tw_
             for t in range(tw_):
-                o = _bt(cf, R[u0, r, t1, t], R[u1, r, t1, t], R[u2, r, t1, t], R[u3, r, t1, t],
-                        R[u0, r, t1, t + u1], R[u1, r, t1, t + u1])
-                V[row, c, base + t] = o[0]
-                V[row + u1, c, base + t] = o[1]
-                V[row + u2, c, base + t] = o[2]
-                V[row + u3, c, base + t] = o[3]
-                V[row + u4, c, base + t] = o[4]
-                V[row + u5, c, base + t] = o[5]
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _input_transform(x, ph, pw, th, tw, V):
-    N, C = x.shape[:2]
-    for p in prange(N * C):
-        _input_transform_plane(x, ph, pw, th, tw, V, p)
+                o = _bt(cf, R[u0, r, z + t], R[u1, r, z + t], R[u2, r, z + t], R[u3, r, z + t],
+                        R[u0, r, z + t + u1], R[u1, r, z + t + u1])
+                V[row, c, out + t] = o[0]
+                V[row + u1, c, out + t] = o[1]
+                V[row + u2, c, out + t] = o[2]
+                V[row + u3, c, out + t] = o[3]
+                V[row + u4, c, out + t] = o[4]
+                V[row + u5, c, out + t] = o[5]
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _input_transform_adjoint_plane(dV, ph, pw, th, tw, dx, p):
-    N, C, H, W = dx.shape
+def _input_transform_adjoint_plane(dV, n, c, ph, pw, th, tw, dx, base):
+    """dx[n, c] = the sum of B dV B^T over the overlapping tiles of the plane."""
+    n, c, base = _u(n), _u(c), _u(base)
+    H, W = dx.shape[2:]
     u0, u1, u2, u3, u4, u5, u6 = _u(0), _u(1), _u(2), _u(3), _u(4), _u(5), _u(6)
     th_, tw_ = _u(th), _u(tw)
     Hp, Wh = u4 * th_ + u2, tw_ + u1
-    n, c = _u(p // C), _u(p % C)
     cf = _consts(dx)
-    R = np.empty((4, 6, th, Wh), dx.dtype)          # B along the columns (adjoint)
+    R = np.empty((4, 6, th_ * Wh), dx.dtype)        # B along the rows (adjoint)
     for r in range(u6):
+        row = u6 * r
         for t1 in range(th_):
-            base = n * th_ * tw_ + t1 * tw_
-            row = u6 * r
+            z, out = t1 * Wh, base + t1 * tw_
             for t in range(tw_):                    # columns 4t .. 4t+3 of tile t
-                d = _b(cf, dV[row, c, base + t], dV[row + u1, c, base + t], dV[row + u2, c, base + t],
-                       dV[row + u3, c, base + t], dV[row + u4, c, base + t],
-                       dV[row + u5, c, base + t])
-                R[u0, r, t1, t] = d[0]
-                R[u1, r, t1, t] = d[1]
-                R[u2, r, t1, t] = d[2]
-                R[u3, r, t1, t] = d[3]
+                d = _b(cf, dV[row, c, out + t], dV[row + u1, c, out + t], dV[row + u2, c, out + t],
+                       dV[row + u3, c, out + t], dV[row + u4, c, out + t],
+                       dV[row + u5, c, out + t])
+                R[u0, r, z + t] = d[0]
+                R[u1, r, z + t] = d[1]
+                R[u2, r, z + t] = d[2]
+                R[u3, r, z + t] = d[3]
             for j in range(u4):
-                R[j, r, t1, tw_] = 0
+                R[j, r, z + tw_] = 0
             for t in range(tw_):                    # columns 4t+4, 4t+5: shared with tile t+1
-                d = _b(cf, dV[row, c, base + t], dV[row + u1, c, base + t], dV[row + u2, c, base + t],
-                       dV[row + u3, c, base + t], dV[row + u4, c, base + t],
-                       dV[row + u5, c, base + t])
-                R[u0, r, t1, t + u1] += d[4]
-                R[u1, r, t1, t + u1] += d[5]
-    X = np.zeros((4, Hp, Wh), dx.dtype)             # B^T along the rows (adjoint)
+                d = _b(cf, dV[row, c, out + t], dV[row + u1, c, out + t], dV[row + u2, c, out + t],
+                       dV[row + u3, c, out + t], dV[row + u4, c, out + t],
+                       dV[row + u5, c, out + t])
+                R[u0, r, z + t + u1] += d[4]
+                R[u1, r, z + t + u1] += d[5]
+    X = np.empty((4, 4, (th_ + u1) * Wh), dx.dtype)  # B^T down the columns (adjoint), by phase
+    E = np.empty((2, th_ * Wh), dx.dtype)           # rows 4t1+4, 4t1+5: shared with tile row t1+1
     for j in range(u4):
-        for t1 in range(th_):
-            h = u4 * t1
-            for t in range(Wh):
-                d = _b(cf, R[j, u0, t1, t], R[j, u1, t1, t], R[j, u2, t1, t], R[j, u3, t1, t],
-                       R[j, u4, t1, t], R[j, u5, t1, t])
-                X[j, h, t] += d[0]
-                X[j, h + u1, t] += d[1]
-                X[j, h + u2, t] += d[2]
-                X[j, h + u3, t] += d[3]
-                X[j, h + u4, t] += d[4]
-                X[j, h + u5, t] += d[5]
+        for t in range(th_ * Wh):
+            d = _b(cf, R[j, u0, t], R[j, u1, t], R[j, u2, t], R[j, u3, t], R[j, u4, t], R[j, u5, t])
+            X[j, u0, t] = d[0]
+            X[j, u1, t] = d[1]
+            X[j, u2, t] = d[2]
+            X[j, u3, t] = d[3]
+            E[u0, t] = d[4]
+            E[u1, t] = d[5]
+        for i in range(u4):
+            for t in range(th_ * Wh, (th_ + u1) * Wh):
+                X[j, i, t] = 0
+        for t in range(th_ * Wh):
+            X[j, u0, t + Wh] += E[u0, t]
+            X[j, u1, t + Wh] += E[u1, t]
     line = np.zeros(4 * Wh + W + pw, dx.dtype)      # by phase back to pixels; unread ones get 0
     for h in range(_u(H)):
         hq = h + _u(ph)
         if hq < Hp:
+            i, z = hq % u4, (hq // u4) * Wh
             for t in range(Wh):
-                line[u4 * t] = X[u0, hq, t]
-                line[u4 * t + u1] = X[u1, hq, t]
-                line[u4 * t + u2] = X[u2, hq, t]
-                line[u4 * t + u3] = X[u3, hq, t]
+                line[u4 * t] = X[u0, i, z + t]
+                line[u4 * t + u1] = X[u1, i, z + t]
+                line[u4 * t + u2] = X[u2, i, z + t]
+                line[u4 * t + u3] = X[u3, i, z + t]
             for w in range(_u(W)):
                 dx[n, c, h, w] = line[w + _u(pw)]
         else:
@@ -267,121 +274,128 @@ def _input_transform_adjoint_plane(dV, ph, pw, th, tw, dx, p):
                 dx[n, c, h, w] = 0
 
 
+@njit(cache=True, nogil=True, fastmath=True)
+def _output_transform_plane(M, base, b, th, tw, y, n, k):
+    """y[n, k] = A^T M A + b[k] for the tiles M[:, k, base:base + th*tw]."""
+    n, k, base = _u(n), _u(k), _u(base)
+    Ho, Wo = y.shape[2:]
+    u0, u1, u2, u3, u4, u5, u6 = _u(0), _u(1), _u(2), _u(3), _u(4), _u(5), _u(6)
+    P = _u(th) * _u(tw)
+    cf = _consts(y)
+    bias = b[k]
+    Cm = np.empty((4, 6, P), y.dtype)               # A^T along the columns: Cm[j, r, tile]
+    for r in range(u6):
+        row = u6 * r
+        for t in range(P):
+            o = _at(cf, M[row, k, base + t], M[row + u1, k, base + t], M[row + u2, k, base + t],
+                    M[row + u3, k, base + t], M[row + u4, k, base + t], M[row + u5, k, base + t])
+            Cm[u0, r, t] = o[0]
+            Cm[u1, r, t] = o[1]
+            Cm[u2, r, t] = o[2]
+            Cm[u3, r, t] = o[3]
+    Y = np.empty((4, 4, P), y.dtype)                # then along the rows: pixel (i, j) of each tile
+    for j in range(u4):
+        for t in range(P):
+            o = _at(cf, Cm[j, u0, t], Cm[j, u1, t], Cm[j, u2, t], Cm[j, u3, t], Cm[j, u4, t],
+                    Cm[j, u5, t])
+            Y[u0, j, t] = o[0] + bias
+            Y[u1, j, t] = o[1] + bias
+            Y[u2, j, t] = o[2] + bias
+            Y[u3, j, t] = o[3] + bias
+    full = _u(Wo) // u4
+    for h in range(_u(Ho)):
+        i, first = h % u4, (h // u4) * _u(tw)
+        for t in range(full):
+            y[n, k, h, u4 * t] = Y[i, u0, first + t]
+            y[n, k, h, u4 * t + u1] = Y[i, u1, first + t]
+            y[n, k, h, u4 * t + u2] = Y[i, u2, first + t]
+            y[n, k, h, u4 * t + u3] = Y[i, u3, first + t]
+        for w in range(u4 * full, _u(Wo)):
+            y[n, k, h, w] = Y[i, w - u4 * full, first + full]
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _output_transform_adjoint_plane(gy, n, k, th, tw, dM, base):
+    """dM[:, k, base:base + th*tw] = A gy A^T for the tiles of gy[n, k];
+    returns the sum of gy[n, k] (the plane's share of the bias gradient)."""
+    n, k, base = _u(n), _u(k), _u(base)
+    Ho, Wo = gy.shape[2:]
+    u0, u1, u2, u3, u4, u5, u6 = _u(0), _u(1), _u(2), _u(3), _u(4), _u(5), _u(6)
+    P = _u(th) * _u(tw)
+    cf = _consts(dM)
+    Y = np.zeros((4, 4, P), dM.dtype)               # gradient of pixel (i, j) of each tile
+    total = cf[0] - cf[0]                          # zero of the data's dtype
+    full = _u(Wo) // u4
+    for h in range(_u(Ho)):
+        i, first = h % u4, (h // u4) * _u(tw)
+        for t in range(full):
+            g0, g1 = gy[n, k, h, u4 * t], gy[n, k, h, u4 * t + u1]
+            g2, g3 = gy[n, k, h, u4 * t + u2], gy[n, k, h, u4 * t + u3]
+            Y[i, u0, first + t] = g0
+            Y[i, u1, first + t] = g1
+            Y[i, u2, first + t] = g2
+            Y[i, u3, first + t] = g3
+            total += (g0 + g1) + (g2 + g3)
+        for w in range(u4 * full, _u(Wo)):
+            g = gy[n, k, h, w]
+            Y[i, w - u4 * full, first + full] = g
+            total += g
+    Cm = np.empty((4, 6, P), dM.dtype)              # A along the rows (adjoint)
+    for j in range(u4):
+        for t in range(P):
+            o = _a(cf, Y[u0, j, t], Y[u1, j, t], Y[u2, j, t], Y[u3, j, t])
+            Cm[j, u0, t] = o[0]
+            Cm[j, u1, t] = o[1]
+            Cm[j, u2, t] = o[2]
+            Cm[j, u3, t] = o[3]
+            Cm[j, u4, t] = o[4]
+            Cm[j, u5, t] = o[5]
+    for r in range(u6):                             # then along the columns
+        row = u6 * r
+        for t in range(P):
+            o = _a(cf, Cm[u0, r, t], Cm[u1, r, t], Cm[u2, r, t], Cm[u3, r, t])
+            dM[row, k, base + t] = o[0]
+            dM[row + u1, k, base + t] = o[1]
+            dM[row + u2, k, base + t] = o[2]
+            dM[row + u3, k, base + t] = o[3]
+            dM[row + u4, k, base + t] = o[4]
+            dM[row + u5, k, base + t] = o[5]
+    return total
+
+
+# ---- the transforms as functions of whole arrays (V, M: 36 x channels x N*th*tw) ----------------
+
+@njit(parallel=True, cache=True, nogil=True)
+def _input_transform(x, ph, pw, th, tw, V):
+    N, C = x.shape[:2]
+    for p in prange(N * C):
+        n, c = p // C, p % C
+        _input_transform_plane(x, n, c, ph, pw, th, tw, V, n * th * tw)
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _input_transform_adjoint(dV, ph, pw, th, tw, dx):
     N, C = dx.shape[:2]
     for p in prange(N * C):
-        _input_transform_adjoint_plane(dV, ph, pw, th, tw, dx, p)
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _output_transform_plane(M, b, th, tw, y, p):
-    N, K, Ho, Wo = y.shape
-    u0, u1, u2, u3, u4, u5, u6 = _u(0), _u(1), _u(2), _u(3), _u(4), _u(5), _u(6)
-    th_, tw_ = _u(th), _u(tw)
-    n, k = _u(p // K), _u(p % K)
-    cf = _consts(y)
-    bias = b[k]
-    Cm = np.empty((4, 6, th, tw), y.dtype)          # A^T along the columns: Cm[j, r, t1, t]
-    for r in range(u6):
-        for t1 in range(th_):
-            base = n * th_ * tw_ + t1 * tw_
-            row = u6 * r
-            for t in range(tw_):
-                o = _at(cf, M[row, k, base + t], M[row + u1, k, base + t], M[row + u2, k, base + t],
-                        M[row + u3, k, base + t], M[row + u4, k, base + t],
-                        M[row + u5, k, base + t])
-                Cm[u0, r, t1, t] = o[0]
-                Cm[u1, r, t1, t] = o[1]
-                Cm[u2, r, t1, t] = o[2]
-                Cm[u3, r, t1, t] = o[3]
-    Y = np.empty((4, 4, th, tw), y.dtype)           # then along the rows: pixel (i, j) of each tile
-    for j in range(u4):
-        for t1 in range(th_):
-            for t in range(tw_):
-                o = _at(cf, Cm[j, u0, t1, t], Cm[j, u1, t1, t], Cm[j, u2, t1, t], Cm[j, u3, t1, t],
-                        Cm[j, u4, t1, t], Cm[j, u5, t1, t])
-                Y[u0, j, t1, t] = o[0] + bias
-                Y[u1, j, t1, t] = o[1] + bias
-                Y[u2, j, t1, t] = o[2] + bias
-                Y[u3, j, t1, t] = o[3] + bias
-    full = _u(Wo) // u4
-    for h in range(_u(Ho)):
-        i, t1 = h % u4, h // u4
-        for t in range(full):
-            y[n, k, h, u4 * t] = Y[i, u0, t1, t]
-            y[n, k, h, u4 * t + u1] = Y[i, u1, t1, t]
-            y[n, k, h, u4 * t + u2] = Y[i, u2, t1, t]
-            y[n, k, h, u4 * t + u3] = Y[i, u3, t1, t]
-        for w in range(u4 * full, _u(Wo)):
-            y[n, k, h, w] = Y[i, w - u4 * full, t1, full]
+        n, c = p // C, p % C
+        _input_transform_adjoint_plane(dV, n, c, ph, pw, th, tw, dx, n * th * tw)
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def _output_transform(M, b, th, tw, y):
     N, K = y.shape[:2]
     for p in prange(N * K):
-        _output_transform_plane(M, b, th, tw, y, p)
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _output_transform_adjoint_plane(gy, th, tw, dM, db, p):
-    N, K, Ho, Wo = gy.shape
-    u0, u1, u2, u3, u4, u5, u6 = _u(0), _u(1), _u(2), _u(3), _u(4), _u(5), _u(6)
-    th_, tw_ = _u(th), _u(tw)
-    n, k = _u(p // K), _u(p % K)
-    cf = _consts(dM)
-    Y = np.zeros((4, 4, th, tw), dM.dtype)          # gradient of pixel (i, j) of each tile
-    total = cf[0] - cf[0]                          # zero of the data's dtype
-    full = _u(Wo) // u4
-    for h in range(_u(Ho)):
-        i, t1 = h % u4, h // u4
-        for t in range(full):
-            g0, g1 = gy[n, k, h, u4 * t], gy[n, k, h, u4 * t + u1]
-            g2, g3 = gy[n, k, h, u4 * t + u2], gy[n, k, h, u4 * t + u3]
-            Y[i, u0, t1, t] = g0
-            Y[i, u1, t1, t] = g1
-            Y[i, u2, t1, t] = g2
-            Y[i, u3, t1, t] = g3
-            total += (g0 + g1) + (g2 + g3)
-        for w in range(u4 * full, _u(Wo)):
-            g = gy[n, k, h, w]
-            Y[i, w - u4 * full, t1, full] = g
-            total += g
-    db[n, k] = total                                # the bias gradient, by plane
-    Cm = np.empty((4, 6, th, tw), dM.dtype)         # A along the rows (adjoint)
-    for j in range(u4):
-        for t1 in range(th_):
-            for t in range(tw_):
-                o = _a(cf, Y[u0, j, t1, t], Y[u1, j, t1, t], Y[u2, j, t1, t], Y[u3, j, t1, t])
-                Cm[j, u0, t1, t] = o[0]
-                Cm[j, u1, t1, t] = o[1]
-                Cm[j, u2, t1, t] = o[2]
-                Cm[j, u3, t1, t] = o[3]
-                Cm[j, u4, t1, t] = o[4]
-                Cm[j, u5, t1, t] = o[5]
-    for r in range(u6):                             # then along the columns
-        for t1 in range(th_):
-            base = n * th_ * tw_ + t1 * tw_
-            row = u6 * r
-            for t in range(tw_):
-                o = _a(cf, Cm[u0, r, t1, t], Cm[u1, r, t1, t], Cm[u2, r, t1, t], Cm[u3, r, t1, t])
-                dM[row, k, base + t] = o[0]
-                dM[row + u1, k, base + t] = o[1]
-                dM[row + u2, k, base + t] = o[2]
-                dM[row + u3, k, base + t] = o[3]
-                dM[row + u4, k, base + t] = o[4]
-                dM[row + u5, k, base + t] = o[5]
+        n, k = p // K, p % K
+        _output_transform_plane(M, n * th * tw, b, th, tw, y, n, k)
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def _output_transform_adjoint(gy, th, tw, dM, db):
     N, K = gy.shape[:2]
     for p in prange(N * K):
-        _output_transform_adjoint_plane(gy, th, tw, dM, db, p)
+        n, k = p // K, p % K
+        db[n, k] = _output_transform_adjoint_plane(gy, n, k, th, tw, dM, n * th * tw)
 
-
-# ---- the transforms as functions of whole arrays --------------------------------------------
 
 def input_transform(x, padding):
     """(N, C, H, W) -> V (36, C, N*th*tw): B^T d B for every input tile."""
@@ -427,26 +441,99 @@ def output_transform_adjoint(gy):
     return dM, db.sum(axis=0)
 
 
-# ---- the convolution ----------------------------------------------------------------------
+# ---- the convolution, fused image by image ---------------------------------------------------
+#
+# The whole-array functions above stream V and M (2.25x and 4.5x the input's
+# size per channel pair) through memory, and every BLAS product woke
+# OpenBLAS's thread pool, whose spinning worker then took the core that the
+# next transform needed.  The convolution itself therefore runs image by
+# image inside one parallel Numba region: each thread transforms one image's
+# tiles into its own V and M (36 x C x P and 36 x K x P, P = th*tw tiles:
+# a few hundred KiB, in cache), multiplies them with 36 single-threaded BLAS
+# products called from Numba (``np.dot`` into ``out``: SciPy's BLAS, which
+# runs a product this small on the calling thread), and transforms back.
+# Backward does the same with dM, recomputing V from x instead of keeping
+# it (cheaper than writing it out and reading it back); each thread sums
+# its images' weight gradients in its own dU, and the few partial sums are
+# added at the end.
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _forward(x, U, b, ph, pw, th, tw, y):
+    N, C = x.shape[:2]
+    K, P = U.shape[1], th * tw
+    for n in prange(N):
+        V = np.empty((36, C, P), x.dtype)
+        M = np.empty((36, K, P), x.dtype)
+        for c in range(C):
+            _input_transform_plane(x, n, c, ph, pw, th, tw, V, 0)
+        for xi in range(36):
+            np.dot(U[xi], V[xi], M[xi])
+        for k in range(K):
+            _output_transform_plane(M, 0, b, th, tw, y, n, k)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _backward(gy, x, U, ph, pw, th, tw, dx, dUs, db, need_x, need_w):
+    N, K = gy.shape[:2]
+    C, P = x.shape[1], th * tw
+    workers = dUs.shape[0]
+    for w in prange(workers):
+        dM = np.empty((36, K, P), gy.dtype)
+        V = np.empty((36, C, P) if need_w else (36, 0, 0), gy.dtype)
+        dV = np.empty((36, C, P) if need_x else (36, 0, 0), gy.dtype)
+        part = np.empty((K, C), gy.dtype)
+        dU = dUs[w]
+        dU[:] = 0
+        for n in range(w * N // workers, (w + 1) * N // workers):
+            for k in range(K):
+                db[n, k] = _output_transform_adjoint_plane(gy, n, k, th, tw, dM, 0)
+            if need_w:
+                for c in range(C):
+                    _input_transform_plane(x, n, c, ph, pw, th, tw, V, 0)
+                for xi in range(36):
+                    np.dot(dM[xi], V[xi].T, part)
+                    dU[xi] += part
+            if need_x:
+                for xi in range(36):
+                    np.dot(U[xi].T, dM[xi], dV[xi])
+                for c in range(C):
+                    _input_transform_adjoint_plane(dV, n, c, ph, pw, th, tw, dx, 0)
+
 
 def conv2d(x, w, bias=None, padding=(0, 0)):
     """y = conv2d(x, w) + bias for a 3x3 kernel, stride 1, any padding;
-    returns (y, V, U), the transformed input and weights for ``conv2d_backward``."""
+    returns (y, U), U the transformed weights for ``conv2d_backward``."""
     N, C, H, W = x.shape
-    Ho, Wo, _, _ = tiles(H, W, padding)
-    V = input_transform(x, padding)
+    Ho, Wo, th, tw = tiles(H, W, padding)
     U = weight_transform(w)
-    y = output_transform(np.matmul(U, V), bias, N, Ho, Wo)
-    return y, V, U
+    K = U.shape[1]
+    y = np.empty((N, K, Ho, Wo), x.dtype)
+    b = np.zeros(K, x.dtype) if bias is None else np.ascontiguousarray(bias, x.dtype)
+    if y.size:
+        _forward(x, U, b, padding[0], padding[1], th, tw, y)
+    return y, U
 
 
-def conv2d_backward(gy, V, U, x_shape, padding, need_x=True, need_w=True):
-    """(dx, dw, db) of ``conv2d`` for the output gradient gy; dx or dw is None
-    where not needed."""
-    dM, db = output_transform_adjoint(gy)
-    dx = dw = None
-    if need_x:
-        dx = input_transform_adjoint(np.matmul(U.transpose(0, 2, 1), dM), x_shape, padding)
-    if need_w:
-        dw = weight_transform_adjoint(np.matmul(dM, V.transpose(0, 2, 1)))
-    return dx, dw, db
+def conv2d_backward(gy, x, U, x_shape, padding, need_x=True, need_w=True):
+    """(dx, dw, db) of ``conv2d`` for the output gradient gy (any memory
+    order); dx or dw is None where not needed.  ``x`` is the forward's input,
+    read for dw only (None will do when ``need_w`` is false), and U the
+    forward's transformed weights (None will do when ``need_x`` is false)."""
+    N, C, H, W = x_shape
+    K = gy.shape[1]
+    _, _, th, tw = tiles(H, W, padding)
+    if not need_w:
+        x = np.empty((N, C, 0, 0), gy.dtype)
+    if not need_x:
+        U = np.empty((36, 0, 0), gy.dtype)
+    workers = max(1, min(N, numba.get_num_threads()))
+    dx = np.empty(x_shape, gy.dtype) if need_x else np.empty((N, C, 0, 0), gy.dtype)
+    dUs = np.zeros((workers, 36, K, C), gy.dtype)
+    db = np.zeros((N, K), gy.dtype)
+    if gy.size:
+        _backward(gy, x, U, padding[0], padding[1], th, tw, dx, dUs, db, need_x, need_w)
+    elif dx.size:
+        dx[...] = 0
+    dw = weight_transform_adjoint(dUs.sum(axis=0)) if need_w else None
+    return (dx if need_x else None), dw, db.sum(axis=0)

@@ -57,8 +57,8 @@ class Conv2d(Function):
         self.x_shape = x.shape
         self.winograd = winograd(x, k, s, d)
         if self.winograd is not None:
-            y, V, U = self.winograd.conv2d(x, w, b, p)
-            self.V = V if self.needs_input_grad[1] else None
+            y, U = self.winograd.conv2d(x, w, b, p)
+            self.x = x if self.needs_input_grad[1] else None
             self.U = U if self.needs_input_grad[0] else None
             return y
         cout = w.shape[0]
@@ -76,7 +76,7 @@ class Conv2d(Function):
     def backward(self, gy):
         need = self.needs_input_grad
         if self.winograd is not None:
-            gx, gw, gb = self.winograd.conv2d_backward(gy, self.V, self.U, self.x_shape,
+            gx, gw, gb = self.winograd.conv2d_backward(gy, self.x, self.U, self.x_shape,
                                                        self.geom[2], need[0], need[1])
             return (gx, gw) if len(need) == 2 else (gx, gw, gb if need[2] else None)
         cout = gy.shape[1]
