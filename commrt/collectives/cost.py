@@ -1,26 +1,37 @@
 """The α-β-γ cost model that picks algorithms, with parameters measured per transport.
 
-    α  seconds per message (software and wire latency, one way)
-    β  seconds per byte moved between two ranks (1 / bandwidth)
-    γ  seconds per byte reduced by the kernel (float32 sum)
+    α       seconds of one step of an exchange between two ranks (post a
+            receive, send, wait, check), measured as the collectives run it
+    α_busy  the same while every rank of the host exchanges at once: with
+            more ranks than cores each step also waits for a context switch
+            (8 B, N = 4 on 2 cores: ~40 µs against ~5 µs for an idle pair)
+    β       seconds per byte received (on shared memory the receiver copies:
+            process_vm_readv), from a 1 MiB exchange minus α
+    γ       seconds per byte reduced by the kernel (float32 sum)
+    μ       seconds per byte of a local copy (memcpy)
 
-Every algorithm module has ``cost(n, nbytes, params)`` built from these (see
-its docstring and docs/algorithms.md); ``algorithm=None`` takes the
-cheapest.  Two corrections make the model fit a shared-memory host:
+Every all-reduce module has ``cost(n, nbytes, params)``, written from what
+its code does (see its docstring and docs/algorithms.md): a critical path
+(the chain of steps one rank waits through) and, where ranks outnumber
+cores, the work of all ranks together (bytes received, reduced and copied)
+spread over the cores: ``params.time(crit, work)`` is the larger.  Message
+counts of pipelined steps are cut in segments of COMMRT_RING_SEGMENT_BYTES
+(``nseg``); a segment after the first costs α (its own message), not a
+whole step.  ``rho`` is the older, cruder oversubscription factor the other
+collectives' models still use.
 
-* ``nseg``: a message is cut in segments of COMMRT_RING_SEGMENT_BYTES and
-  each costs α of software time;
-* ``rho``: when more ranks than cores compute at once (N ranks on C cores),
-  the steps in which every rank copies or reduces take N/C times longer;
-  algorithms where one rank works at a time (ps) do not pay it.
+Measurement (``calibrate``, a collective, once per communicator family,
+~10 ms): rank 0 and rank 1 exchange 8 B and 1 MiB through the collectives'
+own send/receive/wait (α, β), then every pair (r, r XOR 1) exchanges 8 B at
+once (α_busy); rank 0 times reduce_into and a copy of 1 MiB (γ, μ) and
+broadcasts the numbers so every rank picks the same algorithm.  They are
+cached in COMMRT_COST_CACHE per (transport, host, cores, ranks on the
+host), so later jobs skip the measurement.  COMMRT_ALLREDUCE_ALGO overrides
+the all-reduce choice.
 
-Measurement (``calibrate``, a collective, once per communicator family):
-rank 0 and rank 1 ping-pong 8 B and 1 MiB (α = half the 8 B round trip,
-β from the 1 MiB one), rank 0 times reduce_into on 1 MiB of float32 (γ),
-and rank 0 broadcasts the three numbers so every rank picks the same
-algorithm.  The numbers are cached in COMMRT_COST_CACHE per (transport,
-host, cores), so later jobs skip the ping-pong.  COMMRT_ALLREDUCE_ALGO
-overrides the all-reduce choice.
+An idle ping-pong (the earlier α) measured ~7 µs at 8 B but ~13 µs of a
+1 MiB step went to latency in real collectives, and nothing of the
+oversubscribed case; the exchange and the all-pairs step fix both.
 """
 import json
 import math
@@ -34,11 +45,17 @@ import numpy as np
 from commrt import config
 
 
+CACHE_VERSION = 2
+NOISY = 3.0   # α's lower quartile over its fastest sample beyond which the host was busy
+
+
 @dataclass
 class Params:
     alpha: float
     beta: float
     gamma: float
+    mu: float = 0.0
+    alpha_busy: float = 0.0
     segment: int = 1 << 20
     cores: int = 1
     local: int = 1          # most ranks on one host
@@ -51,6 +68,23 @@ class Params:
     def rho(self, n_active):
         return max(1.0, min(n_active, self.local) / self.cores)
 
+    def oversubscribed(self, n_active):
+        return min(n_active, self.local) > self.cores
+
+    def step(self, n_active):
+        """α of a step in which n_active ranks exchange at once."""
+        if self.oversubscribed(n_active):
+            return max(self.alpha, self.alpha_busy)
+        return self.alpha
+
+    def time(self, n_active, lat, crit, work):
+        """lat (the α terms of the critical path) plus its byte terms crit, or plus
+        the work of all ranks spread over the cores when n_active ranks share
+        fewer cores (whichever is longer)."""
+        if self.oversubscribed(n_active):
+            return lat + max(crit, work / self.cores)
+        return lat + crit
+
 
 def _cores():
     try:
@@ -60,27 +94,34 @@ def _cores():
 
 
 def _cache_path():
+    if os.environ.get("COMMRT_COST_CACHE") == "":
+        return None  # set and empty: measure every job (config.get would give the default)
     path = config.get("COMMRT_COST_CACHE")
     return os.path.expanduser(path) if path else None
 
 
-def _cache_key(transport):
-    return f"{transport}:{socket.gethostname()}:{_cores()}"
+def _cache_key(transport, local):
+    return f"{transport}:{socket.gethostname()}:{_cores()}:{local}"
 
 
-def _load(transport):
+FIELDS = ("alpha", "beta", "gamma", "mu", "alpha_busy")
+
+
+def _load(transport, local):
     path = _cache_path()
     if not path:
         return None
     try:
         with open(path) as f:
-            entry = json.load(f).get(_cache_key(transport))
-        return None if entry is None else (entry["alpha"], entry["beta"], entry["gamma"])
-    except (OSError, ValueError, KeyError, TypeError):
+            entry = json.load(f).get(_cache_key(transport, local))
+        if entry is None or entry.get("version") != CACHE_VERSION:
+            return None
+        return tuple(float(entry[k]) for k in FIELDS)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _store(transport, alpha, beta, gamma):
+def _store(transport, local, values):
     path = _cache_path()
     if not path:
         return
@@ -91,8 +132,9 @@ def _store(transport, alpha, beta, gamma):
                 data = json.load(f)
         except (OSError, ValueError):
             data = {}
-        data[_cache_key(transport)] = {"alpha": alpha, "beta": beta, "gamma": gamma,
-                                       "when": time.time()}
+        entry = dict(zip(FIELDS, (float(v) for v in values)))
+        entry.update(version=CACHE_VERSION, when=time.time())
+        data[_cache_key(transport, local)] = entry
         tmp = f"{path}.{os.getpid()}"
         with open(tmp, "w") as f:
             json.dump(data, f, indent=1)
@@ -101,39 +143,71 @@ def _store(transport, alpha, beta, gamma):
         pass
 
 
-def _pingpong(call, peer, nbytes, iters, first):
-    """One-way time of nbytes: half the median round trip (a median, because a
-    loaded host stalls now and then and one stall must not set the model)."""
-    buf = np.zeros(max(1, nbytes), np.uint8)
+def _exchange(call, peer, nbytes, iters):
+    """Time of one exchange step with peer (both send nbytes at once, as a step of
+    recursive doubling or Rabenseifner does): post the receive, send, wait for
+    both.  The lower quartile: a loaded host stalls now and then, and stalls
+    caused by other jobs must not set the model (or its cache)."""
+    out = np.zeros(max(1, nbytes), np.uint8)
+    into = np.zeros(max(1, nbytes), np.uint8)
     times = []
     for i in range(iters + 2):
         t0 = time.perf_counter()
-        if first:
-            call.isend(buf, peer)
-            call.wait_sends()
-            call.recv(buf, peer)
-        else:
-            call.recv(buf, peer)
-            call.isend(buf, peer)
-            call.wait_sends()
+        rv = call.irecv(into, peer)
+        call.isend(out, peer)
+        call.wait(rv)
+        call.wait_sends()
         if i >= 2:
             times.append(time.perf_counter() - t0)
     times.sort()
-    return times[len(times) // 2] / 2
+    return times[len(times) // 4], times[0]
 
 
-def _measure_gamma():
+def _busy_step(call, iters=20):
+    """α_busy: time of one step of an 8-byte recursive-doubling all-reduce run by
+    every rank at once (the lower quartile, over the steps it takes, as rank 0
+    sees it)."""
+    from commrt.collectives.allreduce import _fold, recursive_doubling
+
+    buf = np.zeros(1, np.float64)
+    p2, rem = _fold.plan(call.size)
+    steps = int(math.log2(p2)) + (2 if rem else 0)
+
+    def add(dst, src):
+        np.add(dst, src, out=dst)
+    times = []
+    for i in range(iters + 2):
+        t0 = time.perf_counter()
+        recursive_doubling.run(call, buf, add)
+        call.wait_sends()
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 4] / steps
+
+
+def _quartile_time(fn, reps=9):
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[reps // 4]
+
+
+def _measure_gamma(nbytes=1 << 20):
     from commrt.kernels import reduce_into
 
-    a = np.zeros(1 << 18, np.float32)
-    b = np.ones(1 << 18, np.float32)
-    reduce_into(a, b, "sum", parallel=False)
-    times = []
-    for _ in range(9):
-        t0 = time.perf_counter()
-        reduce_into(a, b, "sum", parallel=False)
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[4] / a.nbytes
+    a = np.zeros(nbytes // 4, np.float32)
+    b = np.ones(nbytes // 4, np.float32)
+    return _quartile_time(lambda: reduce_into(a, b, "sum", parallel=False)) / a.nbytes
+
+
+def _measure_mu(nbytes=1 << 20):
+    a = np.zeros(nbytes, np.uint8)
+    b = np.ones(nbytes, np.uint8)
+    return _quartile_time(lambda: np.copyto(a, b)) / nbytes
 
 
 def _transport(comm):
@@ -164,17 +238,20 @@ def params(comm, timeout=None):
             return p
         c = getattr(c, "_parent", None)
     if comm.size == 1:
-        p = Params(0.0, 0.0, _measure_gamma(), cores=_cores(), transport="self", source="size 1")
+        p = Params(0.0, 0.0, _measure_gamma(), _measure_mu(), cores=_cores(), transport="self",
+                   source="size 1")
         state_of(comm).cache["cost"] = p
         return p
     transport = _transport(comm)
-    call = Call(comm, "calibrate", count=3, dtype=np.float64, algo="binomial", timeout=timeout)
+    local = _local_max(comm)
+    call = Call(comm, "calibrate", count=1 + len(FIELDS), dtype=np.float64, algo="binomial",
+                timeout=timeout)
     from commrt.collectives.algorithms import broadcast as _bcast
 
     def run():
-        vals = np.zeros(4, np.float64)
+        vals = np.zeros(1 + len(FIELDS), np.float64)
         if comm.rank == 0:
-            cached = _load(transport)
+            cached = _load(transport, local)
             if cached is not None:
                 vals[:] = (1.0, *cached)
         _bcast.binomial(call, vals, 0)
@@ -182,24 +259,41 @@ def params(comm, timeout=None):
         source = "cached"
         if vals[0] == 0.0:
             source = "measured"
-            peer = 1
-            if comm.rank in (0, peer):
-                first = comm.rank == 0
-                alpha = _pingpong(call, 1 - comm.rank, 8, 30, first)
-                big = _pingpong(call, 1 - comm.rank, 1 << 20, 9, first)
-                if first:
-                    vals[:] = (1.0, alpha, max(1e-12, (big - alpha) / (1 << 20)), _measure_gamma())
+            r = comm.rank
+            quiet = True
+            if r < 2:  # one pair alone: α and β
+                alpha, fastest = _exchange(call, 1 - r, 8, 30)
+                _, big = _exchange(call, 1 - r, 1 << 20, 15)  # the fastest: others only slow it
+                # Other jobs on the host spread the samples: use the numbers for
+                # this job, but do not cache them for every later one.
+                quiet = alpha < NOISY * fastest
+                if r == 0:
+                    vals[:3] = (1.0, alpha, max(1e-12, (big - alpha) / (1 << 20)))
+            _bcast.binomial(call, vals, 0)  # also keeps the other ranks out of the way
+            call.wait_sends()
+            busy = vals[1]
+            if comm.size > 2:  # every rank at once: α_busy from 8-byte recursive doubling
+                busy = _busy_step(call)
+            if r == 0:
+                vals[3:] = (_measure_gamma(), _measure_mu(), busy)
             _bcast.binomial(call, vals, 0)
             call.wait_sends()
-            if comm.rank == 0:
-                _store(transport, *vals[1:])
-        return Params(float(vals[1]), float(vals[2]), float(vals[3]),
-                      segment=config.get("COMMRT_RING_SEGMENT_BYTES"), cores=_cores(),
-                      local=_local_max(comm), transport=transport, source=source)
+            if r == 0 and quiet:
+                _store(transport, local, vals[1:])
+        p = Params(*(float(v) for v in vals[1:]),
+                   segment=config.get("COMMRT_RING_SEGMENT_BYTES"), cores=_cores(),
+                   local=local, transport=transport, source=source)
+        return p
 
     p = execute(call, run, False)
     state_of(comm).cache["cost"] = p
     return p
+
+
+# Ties go to the algorithm listed first (equal models, e.g. ring and
+# Rabenseifner at N = 2, where Rabenseifner has fewer Python steps).
+_PREFERENCE = {a: i for i, a in enumerate(("rabenseifner", "recursive_doubling", "ring",
+                                           "reduce_bcast", "tree", "ps", "hierarchical"))}
 
 
 def predict_allreduce(comm, nbytes, p=None):
@@ -219,21 +313,38 @@ def predict_allreduce(comm, nbytes, p=None):
     return out
 
 
+# COMMRT_ALLREDUCE_ALGO is read on every call (tests and users set it at run
+# time), straight from os.environ's own dict: os.environ.get costs ~0.8 µs here,
+# a tenth of an 8-byte all-reduce.
+_ENV = getattr(os.environ, "_data", None)
+_FORCED_KEY = os.environ.encodekey("COMMRT_ALLREDUCE_ALGO") if _ENV is not None else None
+
+
+def _forced():
+    if _ENV is None:
+        return config.get("COMMRT_ALLREDUCE_ALGO")
+    raw = _ENV.get(_FORCED_KEY)
+    return os.environ.decodevalue(raw) if raw else ""
+
+
 def choose_allreduce(comm, nbytes):
     """The all-reduce algorithm for nbytes on comm: COMMRT_ALLREDUCE_ALGO, else the
     cheapest by the model (memoised per size; the same on every rank)."""
     from commrt.collectives._engine import state_of
 
-    forced = config.get("COMMRT_ALLREDUCE_ALGO")
+    forced = _forced()
     if forced:
         return forced
     if comm.size == 1:
         return "ring"
-    memo = state_of(comm).cache.setdefault("allreduce_choice", {})
+    cache = state_of(comm).cache
+    memo = cache.get("allreduce_choice")
+    if memo is None:
+        memo = cache["allreduce_choice"] = {}
     algo = memo.get(nbytes)
     if algo is None:
         pred = predict_allreduce(comm, nbytes)
-        algo = memo[nbytes] = min(pred, key=pred.get)
+        algo = memo[nbytes] = min(sorted(pred, key=_PREFERENCE.get), key=pred.get)
     return algo
 
 

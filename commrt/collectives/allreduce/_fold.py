@@ -8,6 +8,16 @@ Extra cost: 2(α + K·β) + K·γ for the folded pairs.
 """
 
 
+def cost(n, nbytes, p):
+    """(latency, critical path bytes, work) the fold adds: the pair's whole buffer
+    there and back."""
+    p2, rem = plan(n)
+    if not rem:
+        return 0.0, 0.0, 0.0
+    crit = nbytes * (2 * p.beta + p.gamma)
+    return 2 * p.step(n), crit, rem * crit
+
+
 def plan(n):
     p2 = 1 << (n.bit_length() - 1)
     return p2, n - p2

@@ -6,7 +6,8 @@ Steps, per segment of COMMRT_RING_SEGMENT_BYTES (so the root's scratch is
   2. rank 0 receives the N-1 copies and reduces them into its own with one
      pass (float16 accumulates in float32 across all of them);
   3. rank 0 sends the result to every rank.
-Cost: 2·(N-1)·(α + K·β) + (N-1)·K·γ: the root's link carries everything.
+Cost: 2α + (N-1)·K·(β + γ) + K·β (+α per further segment message): the root
+receives and reduces everything, then the others copy the result at once.
 Bytes: the root sends and receives (N-1)·K; every other rank sends and
 receives K.  Simple and the best at N = 2 for mid sizes on some transports.
 """
@@ -16,8 +17,10 @@ from commrt.collectives._engine import seg_elems, segments
 def cost(n, nbytes, p):
     if n == 1:
         return 0.0
-    return (2 * (n - 1) * (p.nseg(nbytes) * p.alpha + nbytes * p.beta)
-            + (n - 1) * nbytes * p.gamma)
+    # the root's messages beyond one step each way
+    lat = 2 * p.step(n) + (2 * (n - 1) * p.nseg(nbytes) - 2) * p.alpha
+    crit = (n - 1) * nbytes * (p.beta + p.gamma) + nbytes * p.beta
+    return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + p.gamma))
 
 
 def run(call, buf, reduce, reduce_many):

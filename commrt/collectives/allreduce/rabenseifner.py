@@ -27,10 +27,10 @@ def cost(n, nbytes, p):
     p2, rem = _fold.plan(n)
     steps = int(math.log2(p2))
     frac = (p2 - 1) / p2 * nbytes
-    t = 2 * steps * p.alpha * p.nseg(nbytes / 2) + 2 * frac * p.beta + frac * p.gamma
-    if rem:
-        t += 2 * (p.nseg(nbytes) * p.alpha + nbytes * p.beta) + nbytes * p.gamma
-    return p.rho(n) * t
+    lat = 2 * steps * p.step(n)  # one message each way per step, whatever its size
+    crit = frac * (2 * p.beta + p.gamma)
+    fl, fc, fw = _fold.cost(n, nbytes, p)
+    return p.time(n, lat + fl, crit + fc, p2 * crit + fw)
 
 
 def run(call, buf, reduce):

@@ -7,7 +7,8 @@ Both partners combine the two partial results with the lower virtual rank's
 as the left operand, so all ranks end bitwise equal even where an op does
 not commute bit for bit (min of 0.0 and -0.0, NaN payloads).
 
-Cost: log2(p')·(α + K·β + K·γ) [+ 2(α + K·β) + K·γ when N is not a power of two].
+Cost: log2(p')·(α + K·β + K·γ + K·μ) [+ 2(α + K·β) + K·γ when N is not a power
+of two], μ the copy back on the upper partner.
 Fewest steps of all; moves K bytes per step, so only for small K.
 Bytes sent per rank: log2(p')·K (+K for folded pairs).
 """
@@ -21,10 +22,11 @@ def cost(n, nbytes, p):
         return 0.0
     p2, rem = _fold.plan(n)
     steps = int(math.log2(p2))
-    t = steps * (p.nseg(nbytes) * p.alpha + nbytes * (p.beta + p.gamma))
-    if rem:
-        t += 2 * (p.nseg(nbytes) * p.alpha + nbytes * p.beta) + nbytes * p.gamma
-    return p.rho(n) * t
+    # a step: exchange K, reduce K, and on the upper partner copy K back into buf
+    crit = steps * nbytes * (p.beta + p.gamma + p.mu)
+    work = p2 * steps * nbytes * (p.beta + p.gamma + p.mu / 2)
+    fl, fc, fw = _fold.cost(n, nbytes, p)
+    return p.time(n, steps * p.step(n) + fl, crit + fc, work + fw)
 
 
 def run(call, buf, reduce):

@@ -21,7 +21,8 @@ def cost(n, nbytes, p):
     if n == 1:
         return 0.0
     steps = math.ceil(math.log2(n))
-    return 2 * steps * (p.nseg(nbytes) * p.alpha + nbytes * p.beta) + steps * nbytes * p.gamma
+    crit = steps * nbytes * (2 * p.beta + p.gamma)
+    return p.time(n, 2 * steps * p.step(n), crit, (n - 1) * nbytes * (2 * p.beta + p.gamma))
 
 
 def run(call, buf, reduce):

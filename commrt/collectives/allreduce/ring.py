@@ -24,8 +24,9 @@ def cost(n, nbytes, p):
     if n == 1:
         return 0.0
     chunk = nbytes / n
-    step = p.nseg(chunk) * p.alpha + chunk * p.beta
-    return p.rho(n) * (2 * (n - 1) * step + (n - 1) * chunk * p.gamma)
+    lat = 2 * (n - 1) * (p.step(n) + (p.nseg(chunk) - 1) * p.alpha)
+    crit = (n - 1) * chunk * (2 * p.beta + p.gamma)
+    return p.time(n, lat, crit, n * crit)
 
 
 def reduce_scatter(call, buf, reduce):

@@ -13,7 +13,9 @@ one pass of K through a node rather than depth passes.  A result segment
 can only arrive after the parent received ours, so it lands in the buffer
 the up-send read.
 
-Cost: 2·(ceil(log2(N+1)) - 1 + C)·(α + K/C·β)·2 + (K·γ per child reduced).
+Cost (d = ceil(log2(N+1)) - 1, s = K/C, k children): the first segment's trip
+up and down, 2d·(α + s·(β + γ)), then one segment per busiest-node time,
+(C-1)·(k·s·(β + γ) + s·β + (k+1)·α).
 Bytes: a leaf sends K; an inner node sends K up and K per child down; the
 root sends K per child.
 """
@@ -28,7 +30,12 @@ def cost(n, nbytes, p):
     depth = max(1, math.ceil(math.log2(n + 1)) - 1)
     c = p.nseg(nbytes)
     seg = nbytes / c
-    return p.rho(n) * (2 * (depth + c - 1) * (p.alpha + 2 * seg * p.beta) + 2 * nbytes * p.gamma)
+    kids = min(2, n - 1)
+    # the busiest node per segment: receive and reduce each child's, receive the parent's
+    per_seg = kids * seg * (p.beta + p.gamma) + (seg * p.beta if n > 3 else 0.0)
+    lat = 2 * depth * p.step(n) + (c - 1) * (kids + 1) * p.alpha
+    crit = 2 * depth * seg * (p.beta + p.gamma) + (c - 1) * per_seg
+    return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + p.gamma))
 
 
 def run(call, buf, reduce):

@@ -1,0 +1,64 @@
+"""The cost model without processes: its formulas pick what the benchmark found
+fastest for parameters like this host's, and its cache keeps one entry per
+(transport, host, cores, ranks on the host) and version."""
+import json
+
+import pytest
+
+from commrt.collectives import allreduce, cost
+
+# As calibrate measured them on a quiet 2-core host (shared memory): α of an
+# exchange step, α with every rank exchanging (4 ranks on 2 cores), β of a
+# process_vm_readv copy, γ of reduce_into and μ of a memcpy, per byte.
+HOST = dict(alpha=5e-6, beta=7e-11, gamma=2e-11, mu=1.8e-11, segment=256 << 10, cores=2)
+
+
+def params(n, busy):
+    return cost.Params(alpha_busy=busy, local=n, **HOST)
+
+
+def best(n, nbytes, p):
+    pred = {a: allreduce.module(a).cost(n, nbytes, p)
+            for a in allreduce.NAMES if a != "hierarchical"}
+    return min(sorted(pred, key=cost._PREFERENCE.get), key=pred.get), pred
+
+
+@pytest.mark.parametrize("n,busy", [(2, 5e-6), (4, 40e-6)])
+def test_small_messages_take_recursive_doubling_large_rabenseifner(n, busy):
+    p = params(n, busy)
+    assert best(n, 8, p)[0] == "recursive_doubling"
+    for nbytes in (1 << 20, 16 << 20, 64 << 20):
+        assert best(n, nbytes, p)[0] == "rabenseifner", (n, nbytes, best(n, nbytes, p)[1])
+
+
+def test_oversubscription_counts_the_work_of_every_rank():
+    p = params(4, 40e-6)
+    assert p.oversubscribed(4) and not p.oversubscribed(2)
+    assert p.step(4) == 40e-6 and p.step(2) == 5e-6
+    # lat + max(critical bytes, work / cores)
+    assert p.time(4, 1.0, 2.0, 10.0) == 1.0 + 5.0
+    assert p.time(2, 1.0, 2.0, 10.0) == 3.0
+    # the ring and Rabenseifner move the same bytes; the ring takes more steps
+    _, pred = best(4, 1 << 20, p)
+    assert pred["ring"] > pred["rabenseifner"]
+
+
+def test_cache_is_keyed_by_ranks_per_host_and_versioned(tmp_path, monkeypatch):
+    path = tmp_path / "cost.json"
+    monkeypatch.setenv("COMMRT_COST_CACHE", str(path))
+    values = (1e-6, 2e-10, 3e-11, 4e-11, 5e-6)
+    cost._store("shm", 4, values)
+    assert cost._load("shm", 4) == values
+    assert cost._load("shm", 2) is None
+    data = json.loads(path.read_text())
+    (key,) = data
+    data[key]["version"] = cost.CACHE_VERSION - 1  # an older model's numbers
+    path.write_text(json.dumps(data))
+    assert cost._load("shm", 4) is None
+
+
+def test_forced_algorithm_is_read_on_every_call(monkeypatch):
+    monkeypatch.delenv("COMMRT_ALLREDUCE_ALGO", raising=False)
+    assert cost._forced() == ""
+    monkeypatch.setenv("COMMRT_ALLREDUCE_ALGO", "tree")
+    assert cost._forced() == "tree"
