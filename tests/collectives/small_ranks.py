@@ -52,6 +52,9 @@ def mismatch(comm, case):
         C.all_reduce(sub, np.ones(4, np.float32), "SUM")
         C.all_reduce(sub, np.ones(4, np.float32), "MAX")
         C.all_reduce(sub, np.ones(5, np.float32), "SUM")
+    # A fast rank's abort of `sub` must not reach a slow one still warming up (or
+    # still leaving a barrier of `sub`): synchronise on the parent's context.
+    C.barrier(comm)
     t0 = time.monotonic()
     try:
         if case == "op":            # both on planned calls
@@ -108,6 +111,7 @@ def barrier_against_all_reduce(comm):
     for _ in range(2):
         C.barrier(sub)
         C.all_reduce(sub, np.ones(4, np.float32), "SUM")
+    C.barrier(comm)         # as in mismatch(): all warmed up before the mismatch
     t0 = time.monotonic()
     try:
         if comm.rank == 0:
