@@ -459,46 +459,65 @@ def output_transform_adjoint(gy):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _forward(x, U, b, ph, pw, th, tw, y):
+def _forward(x, U, b, ph, pw, th, tw, y, per):
     N, C = x.shape[:2]
     K, P = U.shape[1], th * tw
-    for n in prange(N):
-        V = np.empty((36, C, P), x.dtype)
-        M = np.empty((36, K, P), x.dtype)
-        for c in range(C):
-            _input_transform_plane(x, n, c, ph, pw, th, tw, V, 0)
+    for j in prange((N + per - 1) // per):
+        n0, n1 = j * per, min(N, (j + 1) * per)
+        V = np.empty((36, C, (n1 - n0) * P), x.dtype)
+        M = np.empty((36, K, (n1 - n0) * P), x.dtype)
+        for n in range(n0, n1):
+            for c in range(C):
+                _input_transform_plane(x, n, c, ph, pw, th, tw, V, (n - n0) * P)
         for xi in range(36):
             np.dot(U[xi], V[xi], M[xi])
-        for k in range(K):
-            _output_transform_plane(M, 0, b, th, tw, y, n, k)
+        for n in range(n0, n1):
+            for k in range(K):
+                _output_transform_plane(M, (n - n0) * P, b, th, tw, y, n, k)
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _backward(gy, x, U, ph, pw, th, tw, dx, dUs, db, need_x, need_w):
+def _backward(gy, x, U, ph, pw, th, tw, dx, dUs, db, need_x, need_w, per):
     N, K = gy.shape[:2]
     C, P = x.shape[1], th * tw
     workers = dUs.shape[0]
     for w in prange(workers):
-        dM = np.empty((36, K, P), gy.dtype)
-        V = np.empty((36, C, P) if need_w else (36, 0, 0), gy.dtype)
-        dV = np.empty((36, C, P) if need_x else (36, 0, 0), gy.dtype)
         part = np.empty((K, C), gy.dtype)
         dU = dUs[w]
         dU[:] = 0
-        for n in range(w * N // workers, (w + 1) * N // workers):
-            for k in range(K):
-                db[n, k] = _output_transform_adjoint_plane(gy, n, k, th, tw, dM, 0)
+        last = (w + 1) * N // workers
+        for n0 in range(w * N // workers, last, per):
+            n1 = min(last, n0 + per)
+            T = (n1 - n0) * P
+            dM = np.empty((36, K, T), gy.dtype)
+            for n in range(n0, n1):
+                for k in range(K):
+                    db[n, k] = _output_transform_adjoint_plane(gy, n, k, th, tw, dM, (n - n0) * P)
             if need_w:
-                for c in range(C):
-                    _input_transform_plane(x, n, c, ph, pw, th, tw, V, 0)
+                V = np.empty((36, C, T), gy.dtype)
+                for n in range(n0, n1):
+                    for c in range(C):
+                        _input_transform_plane(x, n, c, ph, pw, th, tw, V, (n - n0) * P)
                 for xi in range(36):
                     np.dot(dM[xi], V[xi].T, part)
                     dU[xi] += part
             if need_x:
+                dV = np.empty((36, C, T), gy.dtype)
                 for xi in range(36):
                     np.dot(U[xi].T, dM[xi], dV[xi])
-                for c in range(C):
-                    _input_transform_adjoint_plane(dV, n, c, ph, pw, th, tw, dx, 0)
+                for n in range(n0, n1):
+                    for c in range(C):
+                        _input_transform_adjoint_plane(dV, n, c, ph, pw, th, tw, dx, (n - n0) * P)
+
+
+PER = None          # images per chunk; None: as many as fit in about 1 MiB of V, M or dV
+
+
+def _per(N, C, K, P, itemsize):
+    if PER is not None:
+        return PER
+    per = (1 << 20) // max(1, 36 * (C + K) * P * itemsize)
+    return int(max(1, min(per, -(-N // numba.get_num_threads()))))
 
 
 def conv2d(x, w, bias=None, padding=(0, 0)):
@@ -511,7 +530,7 @@ def conv2d(x, w, bias=None, padding=(0, 0)):
     y = np.empty((N, K, Ho, Wo), x.dtype)
     b = np.zeros(K, x.dtype) if bias is None else np.ascontiguousarray(bias, x.dtype)
     if y.size:
-        _forward(x, U, b, padding[0], padding[1], th, tw, y)
+        _forward(x, U, b, padding[0], padding[1], th, tw, y, _per(N, C, K, th * tw, x.itemsize))
     return y, U
 
 
@@ -532,7 +551,8 @@ def conv2d_backward(gy, x, U, x_shape, padding, need_x=True, need_w=True):
     dUs = np.zeros((workers, 36, K, C), gy.dtype)
     db = np.zeros((N, K), gy.dtype)
     if gy.size:
-        _backward(gy, x, U, padding[0], padding[1], th, tw, dx, dUs, db, need_x, need_w)
+        _backward(gy, x, U, padding[0], padding[1], th, tw, dx, dUs, db, need_x, need_w,
+                  _per(N, C, K, th * tw, gy.itemsize))
     elif dx.size:
         dx[...] = 0
     dw = weight_transform_adjoint(dUs.sum(axis=0)) if need_w else None
