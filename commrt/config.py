@@ -65,7 +65,10 @@ knob("COMMRT_EAGER_LIMIT", 16384, _size, "Largest message sent eagerly (copied t
 knob("COMMRT_SHM_RING_BYTES", 1 << 20, _size, "Bytes of each shared-memory ring, per direction.")
 knob("COMMRT_CMA", True, _bool, "Use process_vm_readv (single copy) for large shared-memory messages.")
 knob("COMMRT_SPIN_US", 50.0, float,
-     "Microseconds a waiter spins before it sleeps, at least (2 when ranks outnumber cores).")
+     "Microseconds a waiter spins before it sleeps, at least (see COMMRT_OVERSUB_SPIN_US).")
+knob("COMMRT_OVERSUB_SPIN_US", 2.0, float,
+     "Microseconds a waiter spins, yielding the core at every pass, before it sleeps, when a "
+     "host's ranks outnumber its cores.")
 knob("COMMRT_SPIN_MAX_US", 1000.0, float,
      "Largest spin a waiter adapts to when answers keep arriving just after it fell asleep.")
 knob("COMMRT_PROGRESS_THREAD", True, _bool, "Run a background progress thread for non-blocking operations.")

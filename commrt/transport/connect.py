@@ -63,8 +63,8 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
     ncpu = len(os.sched_getaffinity(0))
     oversub = local_size > ncpu
     spin_us = config.get("COMMRT_SPIN_US")
-    if oversub:
-        spin_us = min(spin_us, 2.0)           # others need the core: back off to sleep fast
+    if oversub:                               # others need the core: yield, then sleep
+        spin_us = config.get("COMMRT_OVERSUB_SPIN_US")
     engine = _core.Engine(rank, size, eager_limit=config.get("COMMRT_EAGER_LIMIT"),
                           spin_us=spin_us, spin_max_us=config.get("COMMRT_SPIN_MAX_US"),
                           oversubscribed=oversub,
