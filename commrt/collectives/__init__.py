@@ -108,7 +108,10 @@ def _reducer(comm, op, dtype):
     (memoised per communicator: building them costs more than a tiny collective)."""
     st = state_of(comm)
     key = ("reducer", op, dtype)
-    made = st.cache.get(key)
+    try:
+        made = st.cache.get(key)
+    except TypeError:                       # an unhashable op: ReduceOp.parse names it
+        return _make_reducer(comm, st, op, dtype)
     if made is None:
         made = st.cache[key] = _make_reducer(comm, st, op, dtype)
     return made
@@ -206,7 +209,10 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, *, timeout=None, async_op=Fals
         st = comm.state.get("collectives")
         if st is not None and not st.pending and st.poisoned is None:
             key = (buf.shape, buf.dtype, op)
-            plan = st.small.get(key)
+            try:
+                plan = st.small.get(key)
+            except TypeError:               # an unhashable op: let the checks below name it
+                plan = key = None
             if plan is not None and _small.run(comm, st, buf, plan) is not None:
                 return buf
     flat, done = _host(buf, "buf", True)

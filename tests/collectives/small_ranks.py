@@ -122,3 +122,25 @@ def barrier_against_all_reduce(comm):
     except CollectiveMismatchError as exc:
         return "raised", str(exc), time.monotonic() - t0
     return "no error", "", time.monotonic() - t0
+
+
+def bad_arguments(comm):
+    """Wrong arguments to a planned call get the general path's clear errors, and the
+    next call still works (nothing was sent)."""
+    x = np.ones(3, np.float32)
+    for _ in range(2):
+        C.all_reduce(comm, x, "SUM")
+    errors = []
+    for bad in (lambda: C.all_reduce(comm, x, ["SUM"]),          # unhashable op
+                lambda: C.all_reduce(comm, x, "NOPE"),
+                lambda: C.all_reduce(comm, np.ones(6, np.float32)[::2], "SUM"),
+                lambda: C.all_reduce(comm, np.ones(3, np.float32).setflags(write=False)
+                                     or np.frombuffer(b"\0" * 12, np.float32), "SUM")):
+        try:
+            bad()
+            errors.append(None)
+        except (ValueError, TypeError) as exc:
+            errors.append(type(exc).__name__ + ": " + str(exc))
+    y = np.full(3, comm.rank, np.float32)
+    C.all_reduce(comm, y, "SUM")
+    return errors, y.tolist()

@@ -80,3 +80,14 @@ def test_barrier_against_all_reduce_is_a_mismatch(world):
     res = world.run(S.barrier_against_all_reduce, timeout=60)
     for r, (where, msg, elapsed) in enumerate(res):
         assert where == "raised" and "mismatch" in msg and elapsed < 20, (r, res)
+
+
+def test_bad_arguments_get_clear_errors_and_send_nothing(world):
+    res = world.run(S.bad_arguments)
+    total = float(sum(range(world.size)))
+    for errors, y in res:
+        assert errors[0].startswith("ValueError") and "unknown reduction" in errors[0], errors
+        assert errors[1].startswith("ValueError") and "unknown reduction" in errors[1], errors
+        assert "contiguous" in errors[2], errors
+        assert "read-only" in errors[3], errors
+        assert y == [total] * 3
