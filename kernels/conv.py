@@ -17,7 +17,7 @@ loop runs over the kh*kw kernel taps, never over pixels), Numba CPU
 (``im2col_numba``), Numba CUDA (``im2col_cuda``) and CuPy (``im2col_cupy``).
 This module only dispatches by the array's type, and says when a
 convolution takes the Winograd path instead (``winograd``: 3x3, stride 1,
-dilation 1, NumPy float arrays, Numba installed).
+dilation 1, NumPy float arrays, Numba and SciPy installed).
 """
 import numpy as np
 
@@ -57,14 +57,14 @@ def col2im(col, x_shape, kernel_size, stride=1, padding=0, dilation=1):
 
 def winograd(x, kernel_size, stride, dilation):
     """The ``commrt.kernels.winograd`` module when it computes this convolution
-    (3x3 kernel, stride 1, dilation 1, a NumPy float array, Numba installed),
-    else None: the caller then lowers to im2col."""
+    (3x3 kernel, stride 1, dilation 1, a NumPy float array, Numba and SciPy
+    installed), else None: the caller then lowers to im2col."""
     if not (isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float64)
             and tuple(kernel_size) == (3, 3) and tuple(stride) == (1, 1)
             and tuple(dilation) == (1, 1)):
         return None
     try:
         from commrt.kernels import winograd as module
-    except ImportError:                  # no Numba
+    except ImportError:                  # no Numba, or no SciPy (Numba's BLAS)
         return None
     return module

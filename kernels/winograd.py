@@ -40,6 +40,7 @@ padding, and beyond it for a last partial tile) read as zero, outputs beyond
 (Ho, Wo) are dropped.
 """
 import numpy as np
+import scipy.linalg.cython_blas  # noqa: F401  (np.dot in Numba calls BLAS through it)
 
 from commrt.kernels._jit import njit, numba, prange
 
@@ -441,21 +442,22 @@ def output_transform_adjoint(gy):
     return dM, db.sum(axis=0)
 
 
-# ---- the convolution, fused image by image ---------------------------------------------------
+# ---- the convolution, fused a chunk of images at a time ------------------------------------------
 #
 # The whole-array functions above stream V and M (2.25x and 4.5x the input's
-# size per channel pair) through memory, and every BLAS product woke
+# size per channel pair) through memory, and every batched BLAS product woke
 # OpenBLAS's thread pool, whose spinning worker then took the core that the
-# next transform needed.  The convolution itself therefore runs image by
-# image inside one parallel Numba region: each thread transforms one image's
-# tiles into its own V and M (36 x C x P and 36 x K x P, P = th*tw tiles:
-# a few hundred KiB, in cache), multiplies them with 36 single-threaded BLAS
-# products called from Numba (``np.dot`` into ``out``: SciPy's BLAS, which
-# runs a product this small on the calling thread), and transforms back.
-# Backward does the same with dM, recomputing V from x instead of keeping
-# it (cheaper than writing it out and reading it back); each thread sums
-# its images' weight gradients in its own dU, and the few partial sums are
-# added at the end.
+# next transform needed.  The convolution itself therefore runs inside one
+# parallel Numba region, a chunk of ``per`` images at a time: each thread
+# transforms its chunk's tiles into its own V and M (36 x C x T and
+# 36 x K x T, T = per*th*tw tiles, about 1 MiB together: in cache),
+# multiplies them with 36 BLAS products called from Numba (``np.dot`` into
+# ``out``: SciPy's OpenBLAS, which runs a product below 4 * 65536
+# multiply-adds on the calling thread, i.e. every product of the benchmark),
+# and transforms back.  Backward does the same with dM, recomputing V from x
+# instead of keeping it (cheaper than writing it out and reading it back);
+# each thread sums its images' weight gradients in its own dU, and the few
+# partial sums are added at the end.
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -510,10 +512,12 @@ def _backward(gy, x, U, ph, pw, th, tw, dx, dUs, db, need_x, need_w, per):
                         _input_transform_adjoint_plane(dV, n, c, ph, pw, th, tw, dx, (n - n0) * P)
 
 
-PER = None          # images per chunk; None: as many as fit in about 1 MiB of V, M or dV
+PER = None          # images per chunk, for tests; None: ``_per`` chooses
 
 
 def _per(N, C, K, P, itemsize):
+    """Images per chunk: as many as fit in about 1 MiB of V and M (P tiles an
+    image), but no fewer chunks than threads."""
     if PER is not None:
         return PER
     per = (1 << 20) // max(1, 36 * (C + K) * P * itemsize)

@@ -85,6 +85,20 @@ def test_backward_skips_what_is_not_needed_and_reads_any_memory_order():
     np.testing.assert_allclose(gx, direct_backward(x, w, gy, (1, 1))[0], atol=1e-12)
 
 
+@pytest.mark.parametrize("per", [1, 2, 3, 5])
+def test_any_chunk_of_images_gives_the_same_result(monkeypatch, per):
+    # 5 images in chunks of 1, 2, 3 (last chunk partial) and all at once
+    monkeypatch.setattr(wg, "PER", per)
+    x, w = rng.standard_normal((5, 2, 7, 6)), rng.standard_normal((3, 2, 3, 3))
+    b, padding = rng.standard_normal(3), (1, 0)
+    y, U = wg.conv2d(x, w, b, padding)
+    np.testing.assert_allclose(y, direct(x, w, b, padding), atol=1e-12)
+    gy = rng.standard_normal(y.shape)
+    for got, want in zip(wg.conv2d_backward(gy, x, U, x.shape, padding),
+                         direct_backward(x, w, gy, padding)):
+        np.testing.assert_allclose(got, want, atol=1e-12)
+
+
 def test_float32_error_stays_within_its_bound():
     x = rng.standard_normal((4, 16, 12, 12))
     w = rng.standard_normal((8, 16, 3, 3))
