@@ -147,8 +147,19 @@ def _torch_rank(rank, world, init, name, batch, steps, warmup=3):
     return times[warmup:]
 
 
-def run_torch(world, name, batch, steps, timeout=300):
-    """Rank 0's step times of a PyTorch DDP run with `world` processes."""
+def run_torch(world, name, batch, steps, timeout=300, tries=2):
+    """Rank 0's step times of a PyTorch DDP run with `world` processes (one retry:
+    a Gloo rank has been seen to abort at exit on a heavily loaded host)."""
+    for attempt in range(tries):
+        try:
+            return _run_torch_once(world, name, batch, steps, timeout)
+        except RuntimeError as exc:
+            if attempt + 1 == tries:
+                raise
+            print(f"  (PyTorch DDP run failed, retrying once: {exc})", flush=True)
+
+
+def _run_torch_once(world, name, batch, steps, timeout):
     with tempfile.TemporaryDirectory() as tmp:
         init = f"file://{tmp}/rendezvous"
         env = {**os.environ, **CHILD_ENV}
@@ -230,14 +241,15 @@ class Link:
                     pass
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
 
-    def launch(self, args, timeout):
+    def launch(self, args, timeout, extra_env=None):
         """Run ``python -m commrt.bench.dp ARGS`` as a 2-rank job, rank 0 in A, rank 1 in B."""
         a, b = self.ns
-        env = {**os.environ, **CHILD_ENV}
+        rank_env = {**CHILD_ENV, **(extra_env or {})}
+        env = {**os.environ, **rank_env}
         cmd = ["ip", "netns", "exec", a, sys.executable, "-m", "commrt.launcher", "-n", "2",
                "--hosts", f"{a}:1,{b}:1", "--ssh-cmd", "ip netns exec", "--bind", self.addr[0],
                "--timeout", str(int(timeout))]
-        for k, v in CHILD_ENV.items():
+        for k, v in rank_env.items():
             cmd += ["--env", f"{k}={v}"]
         cmd += ["-m", "commrt.bench.dp"] + list(args)
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
@@ -271,7 +283,7 @@ def _link_rank(models, steps, bucket_kb, algorithm, out, round_index=0):
 
 
 def run_link(link, rounds=3, steps=20, models=("lenet",), bucket_kb=64, algorithm=None,
-             log=print):
+             log=print, extra_env=None):
     """Overlap on/off across ``link`` (a Link): {(model, n, kind): [seconds per round]}."""
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -282,7 +294,7 @@ def run_link(link, rounds=3, steps=20, models=("lenet",), bucket_kb=64, algorith
                     "--bucket-kb", str(bucket_kb), "--out", out]
             if algorithm:
                 args += ["--algorithm", algorithm]
-            link.launch(args, timeout=600)
+            link.launch(args, timeout=600, extra_env=extra_env)
             with open(out) as f:
                 for key, v in json.load(f).items():
                     name, n, kind = key.split("|")
@@ -312,12 +324,13 @@ def _med(times):
 
 
 def run(rounds=3, steps=20, sizes=(2, 4), with_torch=True, models=("mlp", "lenet"), log=print,
-        bucket_kb=1024, algorithm=None):
+        bucket_kb=1024, algorithm=None, extra_env=None):
     from commrt.testing import World
 
     results = {}      # (model, n, kind) -> [median step seconds per round]
     shares = {}
-    worlds = {n: World(n, env=CHILD_ENV, timeout=600) for n in sorted(set(sizes) | {1})}
+    env = {**CHILD_ENV, **(extra_env or {})}
+    worlds = {n: World(n, env=env, timeout=600) for n in sorted(set(sizes) | {1})}
     try:
         for w in worlds.values():
             w.start()
@@ -339,6 +352,9 @@ def run(rounds=3, steps=20, sizes=(2, 4), with_torch=True, models=("mlp", "lenet
                     if n == 2:
                         t = worlds[1].run(train_steps, name, batch, steps, True, timeout=600)
                         results.setdefault((name, 1, "overlap"), []).append(_med(t[0]))
+                        if with_torch:      # the same weak-scaling ratio for PyTorch
+                            t = run_torch(1, name, batch, steps)
+                            results.setdefault((name, 1, "torch DDP"), []).append(_med(t))
                 log(f"  {name}: round {r + 1}/{rounds} done")
     finally:
         for w in worlds.values():
@@ -380,6 +396,10 @@ def report(results, shares, sizes=(2, 4)):
             eff = _ratios(one, two)
             lines.append(f"weak scaling efficiency at N=2 (t1/t2, same per-rank batch): "
                          f"{Summary(eff).cell()}   (N=1 step {Summary([v * 1e3 for v in one]).cell()} ms)")
+        one, two = results.get((name, 1, "torch DDP")), results.get((name, 2, "torch DDP"))
+        if one and two:
+            lines.append(f"  the same for PyTorch DDP: {Summary(_ratios(one, two)).cell()}   "
+                         f"(N=1 step {Summary([v * 1e3 for v in one]).cell()} ms)")
         lines.append("")
     return "\n".join(lines)
 
@@ -394,6 +414,9 @@ def main(argv=None):
     p.add_argument("--bucket-kb", type=int, default=1024)
     p.add_argument("--algorithm", default=None, help="all-reduce algorithm (default: cost model)")
     p.add_argument("--json", help="also write the raw samples here")
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="extra environment of every commrt rank (repeatable), e.g. "
+                        "COMMRT_SPIN_MAX_US=50")
     p.add_argument("--link", metavar="RATE",
                    help="overlap across two network namespaces joined by a link shaped to RATE "
                         "(tc tbf, e.g. 800mbit); needs root")
@@ -415,6 +438,7 @@ def main(argv=None):
             json.dump(times, f)
         return 0
     models = tuple(args.models.split(","))
+    extra_env = dict(kv.split("=", 1) for kv in args.env)
     if args.link_rank is not None:
         _link_rank(models, args.steps, args.bucket_kb, args.algorithm, args.out, args.link_rank)
         return 0
@@ -422,11 +446,12 @@ def main(argv=None):
         link = Link(args.link, mtu=args.mtu)
         print(f"commrt data parallel across a {args.link} link, {args.rounds} rounds x "
               f"{args.steps} steps, one thread per rank, buckets of {args.bucket_kb} KiB, "
-              f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+              f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+              + (f", {' '.join(args.env)}" if args.env else ""), flush=True)
         print(link.describe(), flush=True)
         with link:
             results = run_link(link, args.rounds, args.steps, models, args.bucket_kb,
-                               args.algorithm)
+                               args.algorithm, extra_env=extra_env)
         print(report_link(results))
         if args.json:
             with open(args.json, "w") as f:
@@ -434,9 +459,10 @@ def main(argv=None):
         return 0
     sizes = tuple(int(s) for s in args.sizes.split(","))
     print(f"commrt data parallel, {args.rounds} rounds x {args.steps} steps, one thread per "
-          f"rank, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+          f"rank, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+          + (f", {' '.join(args.env)}" if args.env else ""), flush=True)
     results, shares = run(args.rounds, args.steps, sizes, not args.no_torch, models,
-                          bucket_kb=args.bucket_kb, algorithm=args.algorithm)
+                          bucket_kb=args.bucket_kb, algorithm=args.algorithm, extra_env=extra_env)
     print(report(results, shares, sizes))
     if args.json:
         with open(args.json, "w") as f:

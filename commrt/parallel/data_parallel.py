@@ -27,10 +27,14 @@ gradients in another order; ``step()`` launches whatever backward did not
 ``.grad`` at its average in the bucket before the wrapped optimizer's update.
 
 Threads.  An all-reduce started during backward runs on the communicator's
-collectives thread while this thread computes.  One that ``step()`` starts
-itself, when no earlier one is still running, runs here instead, as a
-blocking call: nothing is left to overlap, and handing it to the other
-thread would only add two thread wake-ups to the step.
+collectives thread while this thread computes.  The last bucket holds the
+first layers' gradients, the last ones backward computes: nothing is left
+for it to overlap with, so ``step()`` starts it, like every bucket backward
+did not start.  One that ``step()`` starts while none of the earlier ones is
+still running runs here, as a blocking call, instead of on the collectives
+thread, which would only add two thread wake-ups to the step (and on a busy
+host each can wait for a core).  A model that fits in one bucket therefore
+has nothing to overlap.
 
 Gradients are bucket views.  After ``step()`` (or ``synchronize()``) each
 averaged ``.grad`` is a view into its bucket's buffer (PyTorch DDP's
@@ -226,10 +230,13 @@ class DistributedOptimizer:
         bucket.ready += 1
 
     def _launch_ready(self, when):
-        """Start the all-reduce of every complete bucket whose predecessors have started."""
+        """Start the all-reduce of every complete bucket whose predecessors have started
+        (in backward, all but the last bucket: see Threads)."""
         while self._launched < len(self.buckets):
             bucket = self.buckets[self._launched]
             if bucket.ready < len(bucket.params):
+                return
+            if when == "backward" and self._launched == len(self.buckets) - 1:
                 return
             self._start(bucket, when)
 
