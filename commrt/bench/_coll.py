@@ -11,13 +11,20 @@ A backend hands ``measure`` an object with:
 Sizes follow nccl-tests: for all_reduce and broadcast the buffer; for
 all_gather the output (N blocks); for reduce_scatter the input (N blocks).
 Per (size, algorithm): one checked run (values rank+1, outside the timed
-region), warm-up, then a number of iterations chosen so the loop fills
-``target_s`` (agreed by all ranks), timed between barriers.  The time of
-one collective is the slowest rank's average.
+region), warm-up, then a number of iterations chosen so the loops fill
+``target_s`` (agreed by all ranks), run in ``slices`` (5) timed slices
+between barriers, the algorithms of one size taking turns slice by slice
+so that a burst of load from other jobs hits them alike.  The time of one
+collective is the median over slices of the slowest rank's average.
+commrt and Gloo ranks are bound to cores as mpirun binds OpenMPI's
+(``bind``).
 """
+import os
 import time
 
 import numpy as np
+
+SLICES = 5
 
 
 def _buffers(kind, nbytes, size):
@@ -53,11 +60,20 @@ def _check(ops, kind, algo, out, buf):
 
 
 def measure(ops, spec):
+    # Timed loops reduce the same buffer over and over: float32 sums overflow to
+    # inf after a few hundred calls, which costs nothing but NumPy's warnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _measure(ops, spec)
+
+
+def _measure(ops, spec):
     kind = spec["kind"]
     target = spec.get("target_s", 0.1)
+    slices = max(1, spec.get("slices", SLICES))
     out_rows = []
     for nbytes in spec["sizes"]:
         out, buf = _buffers(kind, nbytes, ops.size)
+        iters = {}
         for algo in spec["algos"]:
             _check(ops, kind, algo, out, buf)
             ops.barrier()
@@ -65,13 +81,20 @@ def measure(ops, spec):
             for _ in range(2):
                 ops.run(kind, algo, out, buf)
             est = ops.agree((time.perf_counter() - t0) / 2)
-            iters = int(min(spec.get("max_iters", 2000), max(3, target / max(est, 1e-7))))
-            ops.barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                ops.run(kind, algo, out, buf)
-            t = ops.agree((time.perf_counter() - t0) / iters)
-            out_rows.append({"bytes": nbytes, "algo": algo, "time_s": t, "iters": iters})
+            n = int(min(spec.get("max_iters", 2000), max(3, target / max(est, 1e-7))))
+            iters[algo] = max(1, -(-n // slices))
+        times = {algo: [] for algo in iters}
+        for _ in range(slices):  # algorithms take turns, so a burst of load hits them alike
+            for algo, n in iters.items():
+                ops.barrier()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    ops.run(kind, algo, out, buf)
+                times[algo].append(ops.agree((time.perf_counter() - t0) / n))
+        for algo, ts in times.items():
+            ts.sort()
+            out_rows.append({"bytes": nbytes, "algo": algo, "time_s": ts[len(ts) // 2],
+                             "iters": iters[algo] * slices})
     return {"rank": ops.rank, "size": ops.size, "rows": out_rows}
 
 
@@ -106,4 +129,26 @@ class CommrtOps:
 
 
 def commrt_entry(comm, spec):
+    bind(comm.rank, comm.size)
     return measure(CommrtOps(comm), spec)
+
+
+def bind(rank, size):
+    """Pin this rank to one core when the ranks fit on the cores, as mpirun binds
+    OpenMPI's ranks by default (np <= 2: one core each; more ranks than cores:
+    unbound).  Without it, other jobs on a shared host can leave two ranks on
+    one core, where a rank spinning on its peer holds the core the peer needs."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return
+    if size <= len(cores):
+        try:
+            threads = [int(t) for t in os.listdir("/proc/self/task")]
+        except OSError:
+            threads = [0]
+        for tid in threads:  # every thread, progress threads included
+            try:
+                os.sched_setaffinity(tid, {cores[rank]})
+            except OSError:
+                pass

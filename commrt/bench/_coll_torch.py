@@ -83,6 +83,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world,
                             timeout=datetime.timedelta(seconds=300))
+    _coll.bind(args.rank, args.world)
     result = _coll.measure(TorchOps(args.rank, args.world), spec)
     result["library"] = f"torch {torch.__version__} gloo"
     dist.destroy_process_group()
