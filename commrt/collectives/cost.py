@@ -46,6 +46,7 @@ from commrt import config
 
 
 CACHE_VERSION = 2
+GAMMA_SMALL, GAMMA_LARGE = 1 << 20, 16 << 20   # sizes γ and γ_mem are measured at
 NOISY = 3.0   # α's lower quartile over its fastest sample beyond which the host was busy
 
 
@@ -56,6 +57,7 @@ class Params:
     gamma: float
     mu: float = 0.0
     alpha_busy: float = 0.0
+    gamma_mem: float = 0.0  # γ of a reduction too large for the caches (0: as γ)
     segment: int = 1 << 20
     cores: int = 1
     local: int = 1          # most ranks on one host
@@ -67,6 +69,16 @@ class Params:
 
     def rho(self, n_active):
         return max(1.0, min(n_active, self.local) / self.cores)
+
+    def g(self, chunk):
+        """γ of reductions done chunk bytes at a time: γ up to GAMMA_SMALL (in cache),
+        γ_mem from GAMMA_LARGE (memory), geometric in between."""
+        if chunk <= GAMMA_SMALL or self.gamma_mem <= self.gamma:
+            return self.gamma
+        if chunk >= GAMMA_LARGE:
+            return self.gamma_mem
+        f = math.log(chunk / GAMMA_SMALL) / math.log(GAMMA_LARGE / GAMMA_SMALL)
+        return self.gamma * (self.gamma_mem / self.gamma) ** f
 
     def oversubscribed(self, n_active):
         return min(n_active, self.local) > self.cores
@@ -104,7 +116,7 @@ def _cache_key(transport, local):
     return f"{transport}:{socket.gethostname()}:{_cores()}:{local}"
 
 
-FIELDS = ("alpha", "beta", "gamma", "mu", "alpha_busy")
+FIELDS = ("alpha", "beta", "gamma", "mu", "alpha_busy", "gamma_mem")
 
 
 def _load(transport, local):
@@ -196,12 +208,12 @@ def _quartile_time(fn, reps=9):
     return sorted(times)[reps // 4]
 
 
-def _measure_gamma(nbytes=1 << 20):
+def _measure_gamma(nbytes=GAMMA_SMALL, reps=9):
     from commrt.kernels import reduce_into
 
     a = np.zeros(nbytes // 4, np.float32)
     b = np.ones(nbytes // 4, np.float32)
-    return _quartile_time(lambda: reduce_into(a, b, "sum", parallel=False)) / a.nbytes
+    return _quartile_time(lambda: reduce_into(a, b, "sum", parallel=False), reps) / a.nbytes
 
 
 def _measure_mu(nbytes=1 << 20):
@@ -275,7 +287,7 @@ def params(comm, timeout=None):
             if comm.size > 2:  # every rank at once: α_busy from 8-byte recursive doubling
                 busy = _busy_step(call)
             if r == 0:
-                vals[3:] = (_measure_gamma(), _measure_mu(), busy)
+                vals[3:] = (_measure_gamma(), _measure_mu(), busy, _measure_gamma(GAMMA_LARGE, 3))
             _bcast.binomial(call, vals, 0)
             call.wait_sends()
             if r == 0 and quiet:

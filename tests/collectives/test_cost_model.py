@@ -7,10 +7,12 @@ import pytest
 
 from commrt.collectives import allreduce, cost
 
-# As calibrate measured them on a quiet 2-core host (shared memory): α of an
+# As calibrate measures them on this 2-core host (shared memory): α of an
 # exchange step, α with every rank exchanging (4 ranks on 2 cores), β of a
-# process_vm_readv copy, γ of reduce_into and μ of a memcpy, per byte.
-HOST = dict(alpha=5e-6, beta=7e-11, gamma=2e-11, mu=1.8e-11, segment=256 << 10, cores=2)
+# process_vm_readv copy, γ of reduce_into in cache and from memory, μ of a
+# memcpy, per byte.
+HOST = dict(alpha=5e-6, beta=7e-11, gamma=2e-11, gamma_mem=5e-11, mu=1.8e-11,
+            segment=256 << 10, cores=2)
 
 
 def params(n, busy):
@@ -38,15 +40,28 @@ def test_oversubscription_counts_the_work_of_every_rank():
     # lat + max(critical bytes, work / cores)
     assert p.time(4, 1.0, 2.0, 10.0) == 1.0 + 5.0
     assert p.time(2, 1.0, 2.0, 10.0) == 3.0
-    # the ring and Rabenseifner move the same bytes; the ring takes more steps
+    # the ring and Rabenseifner move the same bytes; the ring waits on its
+    # neighbour once per segment of each of its 2(N-1) steps
     _, pred = best(4, 1 << 20, p)
     assert pred["ring"] > pred["rabenseifner"]
+
+
+def test_cache_disabled_by_an_empty_setting(monkeypatch):
+    monkeypatch.setenv("COMMRT_COST_CACHE", "")
+    assert cost._cache_path() is None
+
+
+def test_gamma_grows_from_cache_to_memory_speed():
+    p = params(2, 5e-6)
+    assert p.g(64 << 10) == p.gamma and p.g(64 << 20) == p.gamma_mem
+    assert p.gamma < p.g(4 << 20) < p.gamma_mem
+    assert cost.Params(1e-6, 1e-10, 2e-11).g(64 << 20) == 2e-11  # no γ_mem measured: γ
 
 
 def test_cache_is_keyed_by_ranks_per_host_and_versioned(tmp_path, monkeypatch):
     path = tmp_path / "cost.json"
     monkeypatch.setenv("COMMRT_COST_CACHE", str(path))
-    values = (1e-6, 2e-10, 3e-11, 4e-11, 5e-6)
+    values = (1e-6, 2e-10, 3e-11, 4e-11, 5e-6, 6e-11)
     cost._store("shm", 4, values)
     assert cost._load("shm", 4) == values
     assert cost._load("shm", 2) is None

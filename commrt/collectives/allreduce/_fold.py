@@ -14,7 +14,7 @@ def cost(n, nbytes, p):
     p2, rem = plan(n)
     if not rem:
         return 0.0, 0.0, 0.0
-    crit = nbytes * (2 * p.beta + p.gamma)
+    crit = nbytes * (2 * p.beta + p.g(nbytes))
     return 2 * p.step(n), crit, rem * crit
 
 

@@ -19,8 +19,9 @@ def cost(n, nbytes, p):
         return 0.0
     # the root's messages beyond one step each way
     lat = 2 * p.step(n) + (2 * (n - 1) * p.nseg(nbytes) - 2) * p.alpha
-    crit = (n - 1) * nbytes * (p.beta + p.gamma) + nbytes * p.beta
-    return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + p.gamma))
+    g = p.g(min(nbytes, p.segment) * (n - 1))  # one pass over the N-1 copies of a segment
+    crit = (n - 1) * nbytes * (p.beta + g) + nbytes * p.beta
+    return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
 
 
 def run(call, buf, reduce, reduce_many):

@@ -23,8 +23,9 @@ def cost(n, nbytes, p):
     p2, rem = _fold.plan(n)
     steps = int(math.log2(p2))
     # a step: exchange K, reduce K, and on the upper partner copy K back into buf
-    crit = steps * nbytes * (p.beta + p.gamma + p.mu)
-    work = p2 * steps * nbytes * (p.beta + p.gamma + p.mu / 2)
+    g = p.g(nbytes)
+    crit = steps * nbytes * (p.beta + g + p.mu)
+    work = p2 * steps * nbytes * (p.beta + g + p.mu / 2)
     fl, fc, fw = _fold.cost(n, nbytes, p)
     return p.time(n, steps * p.step(n) + fl, crit + fc, work + fw)
 

@@ -21,8 +21,9 @@ def cost(n, nbytes, p):
     if n == 1:
         return 0.0
     steps = math.ceil(math.log2(n))
-    crit = steps * nbytes * (2 * p.beta + p.gamma)
-    return p.time(n, 2 * steps * p.step(n), crit, (n - 1) * nbytes * (2 * p.beta + p.gamma))
+    g = p.g(nbytes)
+    crit = steps * nbytes * (2 * p.beta + g)
+    return p.time(n, 2 * steps * p.step(n), crit, (n - 1) * nbytes * (2 * p.beta + g))
 
 
 def run(call, buf, reduce):

@@ -24,8 +24,10 @@ def cost(n, nbytes, p):
     if n == 1:
         return 0.0
     chunk = nbytes / n
-    lat = 2 * (n - 1) * (p.step(n) + (p.nseg(chunk) - 1) * p.alpha)
-    crit = (n - 1) * chunk * (2 * p.beta + p.gamma)
+    # every segment of every step waits on the left neighbour: with more ranks
+    # than cores each such wait is a context switch (α_busy), not just a message
+    lat = 2 * (n - 1) * p.nseg(chunk) * p.step(n)
+    crit = (n - 1) * chunk * (2 * p.beta + p.g(min(chunk, p.segment)))
     return p.time(n, lat, crit, n * crit)
 
 

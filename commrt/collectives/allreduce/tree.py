@@ -31,11 +31,13 @@ def cost(n, nbytes, p):
     c = p.nseg(nbytes)
     seg = nbytes / c
     kids = min(2, n - 1)
-    # the busiest node per segment: receive and reduce each child's, receive the parent's
-    per_seg = kids * seg * (p.beta + p.gamma) + (seg * p.beta if n > 3 else 0.0)
+    g = p.g(seg)
+    # the busiest node per segment: the root receives and reduces its children's;
+    # rank 1 also receives the parent's result
+    per_seg = max(kids, (3 < n) + (4 < n) + 1) * seg * (p.beta + g) - (seg * g if n > 3 else 0)
     lat = 2 * depth * p.step(n) + (c - 1) * (kids + 1) * p.alpha
-    crit = 2 * depth * seg * (p.beta + p.gamma) + (c - 1) * per_seg
-    return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + p.gamma))
+    crit = 2 * depth * seg * (p.beta + g) + (c - 1) * per_seg
+    return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
 
 
 def run(call, buf, reduce):
