@@ -45,7 +45,7 @@ import numpy as np
 from commrt import config
 
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 GAMMA_SMALL, GAMMA_LARGE = 1 << 20, 16 << 20   # sizes γ and γ_mem are measured at
 NOISY = 3.0   # α's lower quartile over its fastest sample beyond which the host was busy
 
@@ -99,10 +99,13 @@ class Params:
 
 
 def _cores():
+    """Cores the job's ranks share: the affinity mask, unless it is one core (a rank
+    pinned to its own core still shares the host's cores with the others)."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:
-        return os.cpu_count() or 1
+        n = 1
+    return n if n > 1 else (os.cpu_count() or 1)
 
 
 def _cache_path():
@@ -199,13 +202,15 @@ def _busy_step(call, iters=20):
 
 
 def _quartile_time(fn, reps=9):
+    """(lower quartile, fastest) of reps timed calls after one untimed."""
     fn()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return sorted(times)[reps // 4]
+    times.sort()
+    return times[reps // 4], times[0]
 
 
 def _measure_gamma(nbytes=GAMMA_SMALL, reps=9):
@@ -213,13 +218,14 @@ def _measure_gamma(nbytes=GAMMA_SMALL, reps=9):
 
     a = np.zeros(nbytes // 4, np.float32)
     b = np.ones(nbytes // 4, np.float32)
-    return _quartile_time(lambda: reduce_into(a, b, "sum", parallel=False), reps) / a.nbytes
+    q, fastest = _quartile_time(lambda: reduce_into(a, b, "sum", parallel=False), reps)
+    return q / a.nbytes, fastest / a.nbytes
 
 
 def _measure_mu(nbytes=1 << 20):
     a = np.zeros(nbytes, np.uint8)
     b = np.ones(nbytes, np.uint8)
-    return _quartile_time(lambda: np.copyto(a, b)) / nbytes
+    return _quartile_time(lambda: np.copyto(a, b))[0] / nbytes
 
 
 def _transport(comm):
@@ -250,8 +256,8 @@ def params(comm, timeout=None):
             return p
         c = getattr(c, "_parent", None)
     if comm.size == 1:
-        p = Params(0.0, 0.0, _measure_gamma(), _measure_mu(), cores=_cores(), transport="self",
-                   source="size 1")
+        p = Params(0.0, 0.0, _measure_gamma()[0], _measure_mu(), cores=_cores(),
+                   transport="self", source="size 1")
         state_of(comm).cache["cost"] = p
         return p
     transport = _transport(comm)
@@ -287,7 +293,13 @@ def params(comm, timeout=None):
             if comm.size > 2:  # every rank at once: α_busy from 8-byte recursive doubling
                 busy = _busy_step(call)
             if r == 0:
-                vals[3:] = (_measure_gamma(), _measure_mu(), busy, _measure_gamma(GAMMA_LARGE, 3))
+                gamma, _ = _measure_gamma()
+                gamma_mem, fastest = _measure_gamma(GAMMA_LARGE, 5)
+                # memory is never this much slower than cache for a streaming
+                # kernel: a busy host, not the machine
+                quiet = quiet and gamma_mem < NOISY * fastest and gamma_mem < 2 * NOISY * gamma
+                gamma_mem = min(gamma_mem, 2 * NOISY * gamma)
+                vals[3:] = (gamma, _measure_mu(), busy, gamma_mem)
             _bcast.binomial(call, vals, 0)
             call.wait_sends()
             if r == 0 and quiet:
