@@ -347,14 +347,14 @@ def run(rounds=3, steps=20, sizes=(2, 4), with_torch=True, models=("mlp", "lenet
                                           algorithm=algorithm, timeout=600)
                         results.setdefault((name, n, kind), []).append(_med(t[0]))
                     if with_torch:
-                        t = run_torch(n, name, batch, steps)
-                        results.setdefault((name, n, "torch DDP"), []).append(_med(t))
+                        results.setdefault((name, n, "torch DDP"), []).append(
+                            _torch_med(n, name, batch, steps, log))
                     if n == 2:
                         t = worlds[1].run(train_steps, name, batch, steps, True, timeout=600)
                         results.setdefault((name, 1, "overlap"), []).append(_med(t[0]))
                         if with_torch:      # the same weak-scaling ratio for PyTorch
-                            t = run_torch(1, name, batch, steps)
-                            results.setdefault((name, 1, "torch DDP"), []).append(_med(t))
+                            results.setdefault((name, 1, "torch DDP"), []).append(
+                                _torch_med(1, name, batch, steps, log))
                 log(f"  {name}: round {r + 1}/{rounds} done")
     finally:
         for w in worlds.values():
@@ -362,8 +362,22 @@ def run(rounds=3, steps=20, sizes=(2, 4), with_torch=True, models=("mlp", "lenet
     return results, shares
 
 
+def _torch_med(n, name, batch, steps, log):
+    """Median step of a PyTorch DDP run, or None (reported as missing) if it failed twice."""
+    try:
+        return _med(run_torch(n, name, batch, steps))
+    except RuntimeError as exc:
+        log(f"  PyTorch DDP N={n} {name}: {exc}; this round has no PyTorch figure")
+        return None
+
+
+def _cell(values):
+    return Summary(values).cell() if values else "n/a"
+
+
 def _ratios(a, b):
-    return [x / y for x, y in zip(a, b)]
+    """Round-by-round ratios, skipping rounds where either side is missing (None)."""
+    return [x / y for x, y in zip(a, b) if x is not None and y is not None]
 
 
 def report(results, shares, sizes=(2, 4)):
@@ -373,18 +387,14 @@ def report(results, shares, sizes=(2, 4)):
         for n in sorted(sizes):
             ov, no = results.get((name, n, "overlap")), results.get((name, n, "no overlap"))
             th = results.get((name, n, "torch DDP"))
-            row = [str(n), Summary(ov).cell(), Summary(no).cell(),
-                   Summary(_ratios(ov, no)).cell() if ov and no else "n/a",
-                   Summary(th).cell() if th else "n/a",
-                   Summary(_ratios(ov, th)).cell() if ov and th else "n/a"]
-            rows.append(row)
-        ms = {k: [v * 1e3 for v in vals] for k, vals in results.items()}
+            rows.append([str(n), _cell(_ratios(ov or [], no or [])),
+                         _cell(_ratios(ov or [], th or []))])
+        ms = {k: [v * 1e3 for v in vals if v is not None] for k, vals in results.items()}
         rows_ms = []
         for row, n in zip(rows, sorted(sizes)):
             ov, no = ms.get((name, n, "overlap")), ms.get((name, n, "no overlap"))
             th = ms.get((name, n, "torch DDP"))
-            rows_ms.append([row[0], Summary(ov).cell(), Summary(no).cell(), row[3],
-                            Summary(th).cell() if th else "n/a", row[5]])
+            rows_ms.append([row[0], _cell(ov), _cell(no), row[1], _cell(th), row[2]])
         share = shares.get(name)
         lines.append(f"{name} (batch {WORKLOADS[name]['batch']} per rank); gradient averaging "
                      f"is {fmt_num(100 * share) if share is not None else 'n/a'}% of a "
@@ -398,8 +408,8 @@ def report(results, shares, sizes=(2, 4)):
                          f"{Summary(eff).cell()}   (N=1 step {Summary([v * 1e3 for v in one]).cell()} ms)")
         one, two = results.get((name, 1, "torch DDP")), results.get((name, 2, "torch DDP"))
         if one and two:
-            lines.append(f"  the same for PyTorch DDP: {Summary(_ratios(one, two)).cell()}   "
-                         f"(N=1 step {Summary([v * 1e3 for v in one]).cell()} ms)")
+            lines.append(f"  the same for PyTorch DDP: {_cell(_ratios(one, two))}   "
+                         f"(N=1 step {_cell([v * 1e3 for v in one if v is not None])} ms)")
         lines.append("")
     return "\n".join(lines)
 
