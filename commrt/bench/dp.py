@@ -283,34 +283,40 @@ def _link_rank(models, steps, bucket_kb, algorithm, out, round_index=0):
 
 
 def run_link(link, rounds=3, steps=20, models=("lenet",), bucket_kb=64, algorithm=None,
-             log=print, extra_env=None):
-    """Overlap on/off across ``link`` (a Link): {(model, n, kind): [seconds per round]}."""
+             log=print, extra_env=None, variants=()):
+    """Overlap on/off across ``link`` (a Link): {(model, n, kind, variant): [seconds per
+    round]}.  ``variants``: extra rank environments ({K: V}), each run as its own job
+    in every round, interleaved with the plain one (variant "")."""
     results = {}
+    configs = [("", {})] + [(" ".join(f"{k}={v}" for k, v in e.items()), e) for e in variants]
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)
         for r in range(rounds):
-            out = f"{tmp}/round{r}.json"
-            args = ["--link-rank", str(r), "--models", ",".join(models), "--steps", str(steps),
-                    "--bucket-kb", str(bucket_kb), "--out", out]
-            if algorithm:
-                args += ["--algorithm", algorithm]
-            link.launch(args, timeout=600, extra_env=extra_env)
-            with open(out) as f:
-                for key, v in json.load(f).items():
-                    name, n, kind = key.split("|")
-                    results.setdefault((name, int(n), kind), []).append(v)
+            for label, env in configs:
+                out = f"{tmp}/round{r}.json"
+                args = ["--link-rank", str(r), "--models", ",".join(models), "--steps",
+                        str(steps), "--bucket-kb", str(bucket_kb), "--out", out]
+                if algorithm:
+                    args += ["--algorithm", algorithm]
+                link.launch(args, timeout=600, extra_env={**(extra_env or {}), **env})
+                with open(out) as f:
+                    for key, v in json.load(f).items():
+                        name, n, kind = key.split("|")
+                        results.setdefault((name, int(n), kind, label), []).append(v)
             log(f"  round {r + 1}/{rounds} done (load {os.getloadavg()[0]:.1f})")
     return results
 
 
 def report_link(results):
     lines = []
-    for name in sorted({k[0] for k in results}):
-        ov, no = results[(name, 2, "overlap")], results[(name, 2, "no overlap")]
-        alone = results[(name, 1, "alone")]
+    for name, label in sorted({(k[0], k[3]) for k in results}):
+        ov, no = results[(name, 2, "overlap", label)], results[(name, 2, "no overlap", label)]
+        alone = results[(name, 1, "alone", label)]
         share = [(n - a) / n for n, a in zip(no, alone)]
-        lines.append(f"{name} (batch {WORKLOADS[name]['batch']} per rank); gradient averaging is "
-                     f"{Summary([100 * x for x in share]).cell()}% of a no-overlap step")
+        lines.append(f"{name} (batch {WORKLOADS[name]['batch']} per rank)"
+                     + (f", ranks with {label}" if label else "")
+                     + f"; gradient averaging is {Summary([100 * x for x in share]).cell()}% "
+                       "of a no-overlap step")
         ms = lambda v: Summary([x * 1e3 for x in v]).cell()  # noqa: E731
         lines.append(table(["N", "overlap ms", "no overlap ms", "overlap/no", "rank 0 alone ms"],
                            [["2", ms(ov), ms(no), Summary(_ratios(ov, no)).cell(), ms(alone)]]))
@@ -431,6 +437,9 @@ def main(argv=None):
                    help="overlap across two network namespaces joined by a link shaped to RATE "
                         "(tc tbf, e.g. 800mbit); needs root")
     p.add_argument("--mtu", type=int, default=9000, help="MTU of the --link (default 9000)")
+    p.add_argument("--link-variant", action="append", default=[], metavar="K=V[,K=V]",
+                   help="also run every --link round with this rank environment, interleaved "
+                        "(repeatable), e.g. COMMRT_SPIN_MAX_US=50")
     # a rank on the link (internal)
     p.add_argument("--link-rank", type=int, metavar="ROUND", help=argparse.SUPPRESS)
     # a PyTorch DDP rank (internal)
@@ -460,8 +469,9 @@ def main(argv=None):
               + (f", {' '.join(args.env)}" if args.env else ""), flush=True)
         print(link.describe(), flush=True)
         with link:
+            variants = [dict(kv.split("=", 1) for kv in v.split(",")) for v in args.link_variant]
             results = run_link(link, args.rounds, args.steps, models, args.bucket_kb,
-                               args.algorithm, extra_env=extra_env)
+                               args.algorithm, extra_env=extra_env, variants=variants)
         print(report_link(results))
         if args.json:
             with open(args.json, "w") as f:
