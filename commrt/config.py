@@ -83,6 +83,10 @@ knob("COMMRT_COST_CACHE", "~/.cache/commrt/cost.json", str,
      "File caching the measured alpha/beta/gamma per transport (empty: measure every job).")
 knob("COMMRT_RING_SEGMENT_BYTES", 256 << 10, _size,
      "Segment size of pipelined collectives (ring, tree, chain): reduce one while the next moves.")
+knob("COMMRT_SWITCH_INTERVAL_US", 500.0, float,
+     "Python's thread switch interval (sys.setswitchinterval) once a collective runs with "
+     "async_op=True: its worker thread needs the GIL between messages, and Python's default "
+     "5 ms lets a computing thread hold it that long.  0 leaves the interval alone.")
 knob("COMMRT_COLL_PROBE_S", 1.0, float,
      "Seconds a collective waits before probing its peers for a mismatched call (deadlock check).")
 knob("COMMRT_TIMELINE", "", str, "Record a Chrome-trace timeline of this rank to this path (`{rank}` becomes the rank); commrt-launch --timeline sets it per rank.")

@@ -33,6 +33,7 @@ Meta layout (bit offsets): seq 0-15, kind 16-20, algorithm 21-24, dtype
 import collections
 import queue
 import re
+import sys
 import threading
 import time
 
@@ -134,6 +135,7 @@ class CommState:
         with self.lock:
             self.pending += 1
             if self._worker is None:
+                _shorten_switch_interval()
                 self._queue = queue.SimpleQueue()
                 self._worker = threading.Thread(target=self._work, daemon=True,
                                                 name="commrt-collectives")
@@ -152,6 +154,20 @@ class CommState:
                 with self.lock:
                     self.pending -= 1
                 req._event.set()
+
+
+def _shorten_switch_interval():
+    """Let the collectives' worker thread have the GIL back soon after each message.
+
+    It runs an async collective's Python steps (post, reduce, forward) while
+    the caller computes.  Python hands the GIL over only every switch interval
+    (5 ms by default) to a thread that asks for it while another runs Python
+    code, so an 8 MiB async all-reduce beside a Python-heavy backward took
+    ~30 ms instead of ~7 ms at 0.5 ms.  Lowered once per process, never raised;
+    with no other thread asking for the GIL a short interval costs nothing."""
+    us = config.get("COMMRT_SWITCH_INTERVAL_US")
+    if us > 0 and sys.getswitchinterval() > us * 1e-6:
+        sys.setswitchinterval(us * 1e-6)
 
 
 def state_of(comm):

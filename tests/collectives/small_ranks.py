@@ -144,3 +144,13 @@ def bad_arguments(comm):
     y = np.full(3, comm.rank, np.float32)
     C.all_reduce(comm, y, "SUM")
     return errors, y.tolist()
+
+
+def switch_interval(comm):
+    """sys.getswitchinterval() before and after the first async collective."""
+    import sys
+
+    sub = C.new_group(comm, list(range(comm.size)))  # a fresh worker thread
+    before = sys.getswitchinterval()
+    C.all_reduce(sub, np.ones(4, np.float32), "SUM", async_op=True).wait(30)
+    return before, sys.getswitchinterval()

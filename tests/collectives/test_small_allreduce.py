@@ -91,3 +91,11 @@ def test_bad_arguments_get_clear_errors_and_send_nothing(world):
         assert "contiguous" in errors[2], errors
         assert "read-only" in errors[3], errors
         assert y == [total] * 3
+
+
+def test_async_collectives_shorten_the_switch_interval():
+    for env, want in (({}, 500e-6), ({"COMMRT_SWITCH_INTERVAL_US": "0"}, 0.005),
+                      ({"COMMRT_SWITCH_INTERVAL_US": "2000"}, 2e-3)):
+        with World(2, env=env, timeout=60) as w:
+            for before, after in w.run(S.switch_interval):
+                assert before == 0.005 and abs(after - want) < 1e-9, (env, before, after)
