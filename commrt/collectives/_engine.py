@@ -110,6 +110,7 @@ class CommState:
         self._scratch = {}
         self.lock = threading.Lock()
         self.pending = 0                         # async calls queued or running
+        self.waiters = 0                         # threads blocked in CollRequest.wait
         self._queue = None
         self._worker = None
         self.probe_req = None                    # posted receive for probes, once needed
@@ -146,6 +147,7 @@ class CommState:
     def _work(self):
         while True:
             req, fn = self._queue.get()
+            req.call.worker = True
             try:
                 req._result = fn()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the waiter's thread
@@ -198,7 +200,15 @@ class CollRequest:
         return self._event.is_set()
 
     def wait(self, timeout=None):
-        if not self._event.wait(timeout):
+        st = self.call.state
+        with st.lock:
+            st.waiters += 1                      # the worker may spin now (see Call.spin)
+        try:
+            finished = self._event.wait(timeout)
+        finally:
+            with st.lock:
+                st.waiters -= 1
+        if not finished:
             raise CommTimeoutError(f"wait for {self.call.name}", timeout=timeout,
                                    detail="the collective is still running")
         if self._error is not None:
@@ -252,6 +262,14 @@ class Call:
         self.deadline = None
         self.sends = []
         self.probe_s = st.probe_s
+        self.worker = False                      # run by the async worker thread
+
+    @property
+    def spin(self):
+        """Whether waits may spin before they sleep: not on the async worker while
+        the caller computes (the spin would take the caller's core), yes once the
+        caller itself waits for the result."""
+        return not self.worker or self.state.waiters > 0
 
     @property
     def name(self):
@@ -340,7 +358,7 @@ class Call:
                 raise CommTimeoutError(self.name, peer, TAG, self.timeout,
                                        detail=f"rank {self.rank} of {self.size}")
             try:
-                return req.wait(min(left, max(probe_at - now, 0.001)))
+                return req.wait(min(left, max(probe_at - now, 0.001)), self.spin)
             except CommTimeoutError:
                 pass
             except CommError as exc:

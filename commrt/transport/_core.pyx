@@ -109,11 +109,12 @@ cdef class Request:
         self._finish()
         return True
 
-    def wait(self, timeout=None):
+    def wait(self, timeout=None, spin=True):
         """Block until done, or raise CommTimeoutError after `timeout` seconds
-        (default COMMRT_TIMEOUT)."""
+        (default COMMRT_TIMEOUT).  spin=False sleeps at once instead of spinning
+        first: for a helper thread whose caller computes meanwhile."""
         if self.r.state < S_DONE:
-            self.eng._wait(self, timeout)
+            self.eng._wait(self, timeout, spin)
         return self._finish()
 
     @property
@@ -441,7 +442,7 @@ cdef class Engine:
         return rq, sq
 
     # ------------------------------------------------------------ waiting
-    cdef int _wait(self, Request q, object timeout) except -1:
+    cdef int _wait(self, Request q, object timeout, bint spin=True) except -1:
         cdef eng_t *E = self.E
         cdef int64_t deadline
         cdef int64_t slice_end
@@ -453,7 +454,7 @@ cdef class Engine:
             if slice_end > deadline:
                 slice_end = deadline
             with nogil:
-                done = block(E, &q.r, slice_end)
+                done = block(E, &q.r, slice_end, spin)
             if done:
                 return 0
             PyErr_CheckSignals()

@@ -509,8 +509,12 @@ cdef void sleep_once(eng_t *E, int64_t deadline, bint waiter) noexcept nogil:
         pthread_cond_broadcast(&E.done_cond)
 
 
-cdef bint block(eng_t *E, req_t *r, int64_t deadline) noexcept nogil:
+cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True) noexcept nogil:
     """Wait for r until the deadline: spin (driving progress), then sleep.
+
+    spin=False sleeps after one progress pass: for a thread that waits beside
+    the caller's own computation (the collectives' worker), where spinning
+    would take the core from that computation.
 
     The spin budget adapts: a wait that had to sleep but was answered within
     the largest budget doubles it (the answer was close: spinning a little
@@ -525,7 +529,7 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline) noexcept nogil:
     cdef int j
     pthread_mutex_lock(&E.lock)
     E.drivers += 1
-    spin_end = now_ns() + E.spin_ns
+    spin_end = now_ns() + (E.spin_ns if spin else 0)
     while r.state < S_DONE:
         # fds (TCP data, a shm peer's death) every pass with TCP peers, else now and then
         progress(E, E.n_tcp > 0 or (it & 1023) == 1023)
@@ -547,7 +551,7 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline) noexcept nogil:
         slept_from = now_ns()
         while r.state < S_DONE and now_ns() < deadline:
             sleep_once(E, deadline, True)
-        if r.state >= S_DONE and not E.oversub:
+        if r.state >= S_DONE and spin and not E.oversub:
             t = now_ns() - slept_from
             if t < E.spin_max_ns:
                 E.spin_ns = E.spin_ns * 2 if E.spin_ns * 2 < E.spin_max_ns else E.spin_max_ns

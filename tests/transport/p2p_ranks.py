@@ -314,3 +314,27 @@ def sendrecv_errors(comm):
         # the unmatched messages (tag 7 / 8) are still there; drain them
         comm.recv(small[:1], peer, 7 + peer, timeout=10)
     return out
+
+
+def wait_without_spinning(comm):
+    """Request.wait(spin=False) sleeps at once and still completes, and still times out."""
+    if comm.rank > 1:
+        return None
+    peer = 1 - comm.rank
+    buf = np.zeros(1000, np.uint8)
+    if comm.rank == 0:
+        time.sleep(0.05)
+        comm.send(np.full(1000, 7, np.uint8), peer, 11)
+        comm.recv(buf[:1], peer, 12)                       # rank 1 is done
+        return None
+    req = comm.irecv(buf, peer, 11)
+    st = req.wait(10, spin=False)
+    got = (st.nbytes, int(buf.sum()))
+    t0 = time.monotonic()
+    try:
+        comm.irecv(np.zeros(1, np.uint8), peer, 9913).wait(0.2, spin=False)  # tag never used
+        timed_out = None
+    except CommTimeoutError:
+        timed_out = time.monotonic() - t0
+    comm.send(buf[:1], peer, 12)
+    return got, timed_out

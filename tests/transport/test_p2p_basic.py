@@ -105,3 +105,9 @@ def test_sendrecv_errors(world3):
         assert "out of range" in out[r]["bad_dst"]
         msg, elapsed = out[r]["timeout"]
         assert "recv" in msg and elapsed < 5, out[r]
+
+
+def test_wait_without_spinning(world3):
+    got, timed_out = world3.run(R.wait_without_spinning)[1]
+    assert got == (1000, 7000)
+    assert timed_out is not None and 0.15 < timed_out < 5
