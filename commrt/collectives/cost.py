@@ -2,36 +2,39 @@
 
     α       seconds of one step of an exchange between two ranks (post a
             receive, send, wait, check), measured as the collectives run it
-    α_busy  the same while every rank of the host exchanges at once: with
-            more ranks than cores each step also waits for a context switch
-            (8 B, N = 4 on 2 cores: ~40 µs against ~5 µs for an idle pair)
+    α_busy  one step of an 8-byte recursive doubling run by every rank at
+            once: with more ranks than cores each step also waits for a
+            context switch (N = 4 on 2 cores: 12-37 µs against 2-10 µs)
     β       seconds per byte received (on shared memory the receiver copies:
-            process_vm_readv), from a 1 MiB exchange minus α
-    γ       seconds per byte reduced by the kernel (float32 sum)
+            process_vm_readv), from a 1 MiB exchange less α
+    γ       seconds per byte reduced by the kernel (float32 sum, 1 MiB: in
+            cache); γ_mem the same on 16 MiB (from memory); ``g(chunk)``
+            goes from one to the other with the size reduced at once
     μ       seconds per byte of a local copy (memcpy)
 
 Every all-reduce module has ``cost(n, nbytes, params)``, written from what
-its code does (see its docstring and docs/algorithms.md): a critical path
-(the chain of steps one rank waits through) and, where ranks outnumber
-cores, the work of all ranks together (bytes received, reduced and copied)
-spread over the cores: ``params.time(crit, work)`` is the larger.  Message
-counts of pipelined steps are cut in segments of COMMRT_RING_SEGMENT_BYTES
-(``nseg``); a segment after the first costs α (its own message), not a
-whole step.  ``rho`` is the older, cruder oversubscription factor the other
-collectives' models still use.
+its code does (see its docstring and docs/algorithms.md) in three parts:
+lat, the α terms of its critical path; crit, the byte terms of that path;
+work, the byte terms summed over all ranks.  ``params.time`` is lat + crit,
+or lat + max(crit, work / cores) when ranks outnumber cores (then α is
+α_busy, ``step``).  A segment of a pipelined step after the first costs α
+(its own message), except in the ring, whose every segment waits on a
+neighbour.  ``nseg`` and ``rho`` (a cruder oversubscription factor) serve
+the other collectives' models.
 
-Measurement (``calibrate``, a collective, once per communicator family,
-~10 ms): rank 0 and rank 1 exchange 8 B and 1 MiB through the collectives'
-own send/receive/wait (α, β), then every pair (r, r XOR 1) exchanges 8 B at
-once (α_busy); rank 0 times reduce_into and a copy of 1 MiB (γ, μ) and
+Measurement (``calibrate``, a collective, once per communicator family;
+20-60 ms on this host, most of it γ_mem's 32 MiB): ranks 0 and 1 exchange
+8 B and 1 MiB (α, β), every rank runs 8-byte recursive doubling (α_busy),
+rank 0 times reduce_into on 1 and 16 MiB and a 1 MiB copy (γ, γ_mem, μ) and
 broadcasts the numbers so every rank picks the same algorithm.  They are
 cached in COMMRT_COST_CACHE per (transport, host, cores, ranks on the
-host), so later jobs skip the measurement.  COMMRT_ALLREDUCE_ALGO overrides
-the all-reduce choice.
+host), so later jobs skip the measurement, unless the samples spread the
+way a busy host spreads them (then this job uses them, and the next one
+measures again).  COMMRT_ALLREDUCE_ALGO overrides the all-reduce choice.
 
-An idle ping-pong (the earlier α) measured ~7 µs at 8 B but ~13 µs of a
-1 MiB step went to latency in real collectives, and nothing of the
-oversubscribed case; the exchange and the all-pairs step fix both.
+The earlier model took α from an idle ping-pong and scaled oversubscribed
+steps by N/cores: its choice was 16-36% slower than the best fixed
+algorithm on a quiet host (docs/performance-collectives.md).
 """
 import json
 import math
