@@ -11,7 +11,6 @@ import json
 import os
 import sys
 
-
 from commrt.bench import _coll
 from commrt.bench._launch import child_setup, write_json
 
