@@ -34,10 +34,15 @@ def schedules(n):
     return st.lists(message, min_size=1, max_size=14)
 
 
-def normalise(schedule):
+def normalise(schedule, wildcard=False):
     """Round sizes to the dtype; receives of one (source, tag) stream are posted
     in send order (pre-posted ones first); blocking sends only to pre-posted
-    receives."""
+    receives, and with wildcard receives only to oneself.
+
+    (A wildcard receive takes whatever arrives first, one's own messages
+    included, so the receive pre-posted "for" a blocking send may be gone by
+    the time it arrives; two ranks each blocked sending a large message the
+    other has no receive left for is a deadlock by MPI's rules, not a bug.)"""
     out, deferred = [], set()
     for src, dst, tag, nbytes, dti, blocking, preposted in schedule:
         item = np.dtype(R.DTYPES[dti]).itemsize
@@ -45,7 +50,8 @@ def normalise(schedule):
         preposted = preposted and stream not in deferred
         if not preposted:
             deferred.add(stream)
-        out.append((src, dst, tag, nbytes - nbytes % item, dti, blocking and preposted, preposted))
+        blocking = blocking and preposted and (not wildcard or src == dst)
+        out.append((src, dst, tag, nbytes - nbytes % item, dti, blocking, preposted))
     return out
 
 
@@ -67,7 +73,7 @@ def check(schedule, results):
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_random_schedules(world, data):
-    schedule = normalise(data.draw(schedules(world.size)))
     wildcard = data.draw(st.booleans())
+    schedule = normalise(data.draw(schedules(world.size)), wildcard)
     results = world.run(R.run_schedule, schedule, wildcard, timeout=90)
     check(schedule, results)
