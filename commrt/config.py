@@ -66,7 +66,7 @@ knob("COMMRT_SHM_RING_BYTES", 1 << 20, _size, "Bytes of each shared-memory ring,
 knob("COMMRT_CMA", True, _bool, "Use process_vm_readv (single copy) for large shared-memory messages.")
 knob("COMMRT_SPIN_US", 50.0, float,
      "Microseconds a waiter spins before it sleeps, at least (see COMMRT_OVERSUB_SPIN_US).")
-knob("COMMRT_OVERSUB_SPIN_US", 2.0, float,
+knob("COMMRT_OVERSUB_SPIN_US", 50.0, float,
      "Microseconds a waiter spins, yielding the core at every pass, before it sleeps, when a "
      "host's ranks outnumber its cores.")
 knob("COMMRT_SPIN_MAX_US", 1000.0, float,

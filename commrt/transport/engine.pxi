@@ -539,7 +539,12 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True) noexcept n
         if t >= spin_end or t >= deadline:
             break
         pthread_mutex_unlock(&E.lock)
-        if E.oversub:
+        if E.oversub or (it & 63) == 63:
+            # Oversubscribed: the core is needed by the rank we wait for.  Otherwise
+            # too, now and then (every ~10 µs): on a busy host the scheduler may
+            # have put our peer on our core, and a waiter that never yields would
+            # hold it for its whole budget (up to COMMRT_SPIN_MAX_US) per message.
+            # With nobody else runnable here, sched_yield returns at once.
             sched_yield()
         else:
             for j in range(8):
