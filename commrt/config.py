@@ -33,6 +33,10 @@ def _size(text):
     return int(float(t[:-1] if scale > 1 else t) * scale)
 
 
+def _size_or_auto(text):
+    return "auto" if text.strip().lower() == "auto" else _size(text)
+
+
 KNOBS: Dict[str, Knob] = {}
 
 
@@ -64,6 +68,11 @@ knob("COMMRT_BIND_ADDR", "127.0.0.1", str, "Address the data-plane listener bind
 knob("COMMRT_EAGER_LIMIT", 16384, _size, "Largest message sent eagerly (copied through the channel).")
 knob("COMMRT_SHM_RING_BYTES", 1 << 20, _size, "Bytes of each shared-memory ring, per direction.")
 knob("COMMRT_CMA", True, _bool, "Use process_vm_readv (single copy) for large shared-memory messages.")
+knob("COMMRT_CMA_MIN_BYTES", "auto", _size_or_auto,
+     "Smallest shared-memory message copied with process_vm_readv; smaller ones (above the "
+     "eager limit) stream through the pair's ring in chunks: two cache-hot copies, on both "
+     "cores at once, beat one process_vm_readv up to several MiB.  auto: 12 MiB, or 1 MiB "
+     "when a host's ranks outnumber its cores (streaming needs the sender scheduled too).")
 knob("COMMRT_SPIN_US", 50.0, float,
      "Microseconds a waiter spins before it sleeps, at least (see COMMRT_OVERSUB_SPIN_US).")
 knob("COMMRT_OVERSUB_SPIN_US", 50.0, float,

@@ -167,7 +167,8 @@ cdef class Engine:
 
     def __cinit__(self, int rank, int size, *, uint64_t eager_limit=16384, uint64_t chunk=262144,
                   double spin_us=50.0, double spin_max_us=1000.0, bint oversubscribed=False,
-                  double timeout=300.0, double progress_delay_us=1000.0):
+                  double timeout=300.0, double progress_delay_us=1000.0,
+                  uint64_t cma_min_bytes=12582912):
         cdef epoll_event ev
         cdef pthread_condattr_t ca
         if size < 1 or rank < 0 or rank >= size:
@@ -187,6 +188,7 @@ cdef class Engine:
         self.E.size = size
         self.E.eager_limit = eager_limit
         self.E.chunk = chunk
+        self.E.cma_min = cma_min_bytes
         self.E.spin_ns = <int64_t>(spin_us * 1000.0)
         self.E.spin_min_ns = self.E.spin_ns
         self.E.pt_delay_ns = <int64_t>(progress_delay_us * 1000.0)

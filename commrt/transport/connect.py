@@ -54,6 +54,17 @@ class MeshPlan:
         return KIND_SHM
 
 
+def _cma_min_bytes(oversub):
+    """COMMRT_CMA_MIN_BYTES, with auto resolved.  Measured on a 2-core host, both
+    directions at once (collectives' pattern): streaming through the ring beat
+    process_vm_readv by ~2x at 256 KiB-1 MiB and ~10% at 8 MiB, lost by 20-50% at
+    16 MiB; with 4 ranks on 2 cores it lost from ~1 MiB messages on."""
+    value = config.get("COMMRT_CMA_MIN_BYTES")
+    if value == "auto":
+        return (1 << 20) if oversub else (12 << 20)
+    return value
+
+
 def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="127.0.0.1",
                  timeout=60.0, generation=0):
     """Connect this rank to every other one and return (started Engine, MeshPlan)."""
@@ -69,6 +80,7 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
                           spin_us=spin_us, spin_max_us=config.get("COMMRT_SPIN_MAX_US"),
                           oversubscribed=oversub,
                           progress_delay_us=config.get("COMMRT_PROGRESS_DELAY_US"),
+                          cma_min_bytes=_cma_min_bytes(oversub),
                           timeout=config.get("COMMRT_TIMEOUT"))
     prefix = f"commrt/mesh/{generation}"
     deadline = time.monotonic() + timeout

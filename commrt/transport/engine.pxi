@@ -54,6 +54,7 @@ cdef struct eng_t:
     pthread_t pt
     uint64_t eager_limit
     uint64_t chunk
+    uint64_t cma_min    # smallest shared-memory message copied with process_vm_readv
     int64_t spin_ns     # current spin budget of a waiter (adapts, see block())
     int64_t spin_min_ns
     int64_t spin_max_ns
@@ -155,7 +156,7 @@ cdef void start_rendezvous(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nog
         fail(E, r, E_TRUNC, h.src)
         send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 1)     # sender may reuse its buffer
         return
-    if p.kind == P_SHM and p.cma_ok:
+    if p.kind == P_SHM and p.cma_ok and h.nbytes >= E.cma_min:
         rc = cma_copy(p, r.buf, h.addr, h.nbytes)
         if rc == 0:
             complete(E, r, E_NONE)

@@ -9,12 +9,17 @@ import p2p_ranks as R
 SIZES = [0, 1, 7, 64, 4096, 16320, 16384, 16385, 100_000, 1 << 20, 5 << 20 | 3]
 
 
-@pytest.fixture(scope="module", params=["shm", "shm-two-copy", "tcp"])
+VARIANTS = {"": {}, "two-copy": {"COMMRT_CMA": "0"}, "single-copy": {"COMMRT_CMA_MIN_BYTES": "0"}}
+
+
+@pytest.fixture(scope="module", params=["shm", "shm-two-copy", "shm-single-copy", "tcp"])
 def world3(request):
-    """Shared memory (single copy), shared memory without process_vm_readv
-    (chunked two-copy pipeline through the ring), and TCP."""
+    """Shared memory as configured by default (large messages below
+    COMMRT_CMA_MIN_BYTES stream through the ring, larger ones copy once with
+    process_vm_readv), without process_vm_readv at all, with it for every
+    large message, and TCP."""
     transport, _, variant = request.param.partition("-")
-    env = {"COMMRT_CMA": "0"} if variant else {}
+    env = VARIANTS[variant]
     with World(3, transport=transport, env=env) as w:
         yield w
 
