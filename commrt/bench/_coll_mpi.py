@@ -5,15 +5,13 @@ loop of ``_coll.measure`` over mpi4py's buffer collectives (Allreduce in
 place, Bcast, Allgather, Reduce_scatter_block), OpenMPI choosing its
 algorithms (the "default" algorithm).
 """
-import argparse
-import json
 import os
 import sys
 
 import numpy as np
 
 from commrt.bench import _coll
-from commrt.bench._launch import child_setup, write_json
+from commrt.bench._launch import rank_args, write_json
 
 
 class MpiOps:
@@ -46,13 +44,7 @@ class MpiOps:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("--spec", required=True)
-    p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    child_setup()
-    with open(args.spec) as f:
-        spec = json.load(f)
+    args, spec = rank_args(argv)
     ops = MpiOps()
     result = _coll.measure(ops, spec)
     write_json(os.path.join(args.out, f"rank{ops.rank}.json"), result)

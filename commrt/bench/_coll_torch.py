@@ -5,14 +5,12 @@ the loop of ``_coll.measure`` over dist.all_reduce, broadcast, all_gather_into_t
 and reduce_scatter_tensor (Gloo over TCP on 127.0.0.1), on CPU float32 tensors
 sharing memory with the NumPy buffers.
 """
-import argparse
 import datetime
-import json
 import os
 import sys
 
 from commrt.bench import _coll
-from commrt.bench._launch import child_setup, write_json
+from commrt.bench._launch import rank_args, write_json
 
 
 class TorchOps:
@@ -64,17 +62,7 @@ class TorchOps:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("--spec", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--world", type=int, required=True)
-    p.add_argument("--init", required=True)
-    p.add_argument("--parent", type=int)
-    args = p.parse_args(argv)
-    child_setup(args.parent)
-    with open(args.spec) as f:
-        spec = json.load(f)
+    args, spec = rank_args(argv, ranked=True)
     import torch
     import torch.distributed as dist
 

@@ -66,6 +66,45 @@ def child_setup(parent_pid=None):
         os._exit(3)
 
 
+def rank_args(argv=None, *, ranked=False):
+    """The command line every benchmark rank entry point takes: --spec FILE --out DIR
+    [--parent PID], and with ranked --rank R --world N --init URL (Gloo ranks).
+    Runs child_setup, then returns (args, spec)."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--spec", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--parent", type=int)
+    if ranked:
+        p.add_argument("--rank", type=int, required=True)
+        p.add_argument("--world", type=int, required=True)
+        p.add_argument("--init", required=True)
+    args = p.parse_args(argv)
+    child_setup(args.parent)
+    with open(args.spec) as f:
+        return args, json.load(f)
+
+
+def run_in_world(n, transport, fn, spec, timeout, rank_timeout):
+    """fn(comm, spec) on a commrt.testing.World of n ranks, with CHILD_ENV in the
+    ranks and, while the world spawns, in this process (spawn copies it)."""
+    from commrt.testing import World
+
+    saved = {k: os.environ.get(k) for k in CHILD_ENV}
+    os.environ.update(CHILD_ENV)
+    try:
+        env = dict(CHILD_ENV, COMMRT_TIMEOUT=str(rank_timeout))
+        with World(n, transport=transport, env=env, timeout=timeout) as world:
+            return world.run(fn, spec, timeout=timeout)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def write_json(path, obj):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -237,20 +276,9 @@ def run_commrt(n, transport, spec, timeout, starter="spawn", label=None):
 
 def _run_commrt_world(n, transport, spec, timeout):
     from commrt.bench import _p2p_commrt
-    from commrt.testing import World
 
-    saved = {k: os.environ.get(k) for k in CHILD_ENV}
-    os.environ.update(CHILD_ENV)
-    try:
-        env = dict(CHILD_ENV, COMMRT_TIMEOUT=str(max(5.0, timeout * 0.8)))
-        with World(n, transport=transport, env=env, timeout=timeout) as world:
-            results = world.run(_p2p_commrt.entry, spec, timeout=timeout)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    results = run_in_world(n, transport, _p2p_commrt.entry, spec, timeout,
+                           max(5.0, timeout * 0.8))
     return [json.loads(json.dumps(jsonable(r))) for r in results]
 
 

@@ -5,13 +5,11 @@ environment set by the starter: ``commrt.init()``, the tasks of the spec,
 results to DIR/rank<R>.json.  ``entry(comm, spec)`` is the same for a rank
 started by ``commrt.testing.World``.
 """
-import argparse
-import json
 import os
 import sys
 
 from commrt.bench import _kernels
-from commrt.bench._launch import child_setup, write_json
+from commrt.bench._launch import rank_args, write_json
 
 
 def ops_for(comm):
@@ -38,14 +36,7 @@ def entry(comm, spec):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("--spec", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--parent", type=int)
-    args = p.parse_args(argv)
-    child_setup(args.parent)
-    with open(args.spec) as f:
-        spec = json.load(f)
+    args, spec = rank_args(argv)
     before = _kernels.proc_snapshot()
     import commrt
 

@@ -6,23 +6,15 @@ The same loops as commrt's (``_kernels``), calling mpi4py's buffer methods
 (Send/Recv/Isend/Irecv, Request.Waitall) directly.  mpi4py initialises MPI
 with its default thread level (MPI_THREAD_MULTIPLE).
 """
-import argparse
-import json
 import os
 import sys
 
 from commrt.bench import _kernels
-from commrt.bench._launch import child_setup, write_json
+from commrt.bench._launch import rank_args, write_json
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("--spec", required=True)
-    p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    child_setup()
-    with open(args.spec) as f:
-        spec = json.load(f)
+    args, spec = rank_args(argv)
     before = _kernels.proc_snapshot()
     from mpi4py import MPI
 

@@ -4,27 +4,15 @@
 Gloo over TCP on 127.0.0.1 (GLOO_SOCKET_IFNAME=lo).  Buffers are CPU uint8
 tensors sharing memory with page-aligned NumPy arrays.
 """
-import argparse
-import json
 import os
 import sys
 
 from commrt.bench import _kernels
-from commrt.bench._launch import child_setup, write_json
+from commrt.bench._launch import rank_args, write_json
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("--spec", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--world", type=int, required=True)
-    p.add_argument("--init", required=True)
-    p.add_argument("--parent", type=int)
-    args = p.parse_args(argv)
-    child_setup(args.parent)
-    with open(args.spec) as f:
-        spec = json.load(f)
+    args, spec = rank_args(argv, ranked=True)
     before = _kernels.proc_snapshot()
     import datetime
 

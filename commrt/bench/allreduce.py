@@ -49,20 +49,8 @@ def busbw_factor(kind, n):
 
 def run_commrt(n, spec, transport, timeout):
     from commrt.bench import _coll
-    from commrt.testing import World
 
-    env = dict(_launch.CHILD_ENV, COMMRT_TIMEOUT=str(timeout))
-    saved = {k: os.environ.get(k) for k in _launch.CHILD_ENV}
-    os.environ.update(_launch.CHILD_ENV)
-    try:
-        with World(n, transport=transport, env=env, timeout=timeout) as w:
-            return w.run(_coll.commrt_entry, spec, timeout=timeout)[0]
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return _launch.run_in_world(n, transport, _coll.commrt_entry, spec, timeout, timeout)[0]
 
 
 def run_mpi(n, mca, spec, timeout, label):
