@@ -414,9 +414,6 @@ cdef class Engine:
         the receive is posted before the send, so two ranks exchanging with
         each other never queue the other's message as unexpected.  Neither
         request is raised on here: the caller waits or tests them."""
-        cdef eng_t *E = self.E
-        cdef int64_t deadline
-        cdef int64_t slice_end
         self._check_rank(dst, "dst")
         self._check_rank(src, "src")
         if tag < 0:
@@ -425,32 +422,25 @@ cdef class Engine:
         sq = self._new(K_SEND, sendbuf, dst, ctx, tag, meta, rank_of)
         self._post(rq, False)
         self._post(sq, False)
-        deadline = now_ns() + <int64_t>(wait * 1e9)
-        while rq.r.state < S_DONE:
-            slice_end = now_ns() + 200000000     # check for signals (Ctrl-C) every 200 ms
-            if slice_end > deadline:
-                slice_end = deadline
-            with nogil:
-                block(E, &rq.r, slice_end)
-            PyErr_CheckSignals()
-            if now_ns() >= deadline:
-                break
-        if sq.r.state < S_DONE and E.pt_parked and E.drivers == 0:
-            with nogil:                           # a send left behind moves on its own
-                pthread_mutex_lock(&E.lock)
-                if sq.r.state < S_DONE and E.pt_parked and E.drivers == 0:
-                    wake_progress_thread(E)
-                pthread_mutex_unlock(&E.lock)
+        # (block() hands a send left behind to the progress thread as it returns)
+        self._block_until(rq, now_ns() + <int64_t>(wait * 1e9), True)
         return rq, sq
 
     # ------------------------------------------------------------ waiting
     cdef int _wait(self, Request q, object timeout, bint spin=True) except -1:
-        cdef eng_t *E = self.E
-        cdef int64_t deadline
-        cdef int64_t slice_end
         cdef double t = self.default_timeout if timeout is None else float(timeout)
+        if self._block_until(q, now_ns() + <int64_t>(t * 1e9), spin):
+            return 0
+        self._sweep()
+        peer = q.r.peer
+        raise _errors().CommTimeoutError(q.op, peer if peer >= 0 else None,
+                                         q.r.tag if q.r.tag >= 0 else None, t)
+
+    cdef int _block_until(self, Request q, int64_t deadline, bint spin) except -1:
+        """Wait for q until deadline (ns); 1 if it finished, 0 if the time ran out."""
+        cdef eng_t *E = self.E
+        cdef int64_t slice_end
         cdef bint done = False
-        deadline = now_ns() + <int64_t>(t * 1e9)
         while True:
             slice_end = now_ns() + 200000000     # check for signals (Ctrl-C) every 200 ms
             if slice_end > deadline:
@@ -458,13 +448,10 @@ cdef class Engine:
             with nogil:
                 done = block(E, &q.r, slice_end, spin)
             if done:
-                return 0
+                return 1
             PyErr_CheckSignals()
             if now_ns() >= deadline:
-                self._sweep()
-                peer = q.r.peer
-                raise _errors().CommTimeoutError(q.op, peer if peer >= 0 else None,
-                                                 q.r.tag if q.r.tag >= 0 else None, t)
+                return 0
 
     cdef int _test(self, Request q) except -1:
         cdef eng_t *E = self.E
