@@ -158,8 +158,8 @@ def _pick(module, comm, algorithm, nbytes, what):
 def barrier(comm, *, timeout=None, async_op=False):
     """Return once every rank has entered the barrier."""
     if timeout is None and not async_op and comm.size > 1:
-        st = comm.state.get("collectives")
-        if st is not None and not st.pending and st.poisoned is None:
+        st = _small.state_if_idle(comm)
+        if st is not None:
             plan = st.small.get("barrier") or _small.prepare_barrier(comm, st)
             _small.run(comm, st, plan.tmp, plan)
             return None
@@ -206,8 +206,8 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, *, timeout=None, async_op=Fals
     """Combine every rank's buf element-wise with op; every rank gets the result in buf."""
     key = None
     if type(buf) is np.ndarray and algorithm is None and timeout is None and not async_op:
-        st = comm.state.get("collectives")
-        if st is not None and not st.pending and st.poisoned is None:
+        st = _small.state_if_idle(comm)
+        if st is not None:
             key = (buf.shape, buf.dtype, op)
             try:
                 plan = st.small.get(key)

@@ -54,6 +54,16 @@ class Plan:
         self.avg = avg
 
 
+def state_if_idle(comm):
+    """The communicator's collectives state when the small path may run now: it has
+    run a collective before, none is queued (async ones run first, in order), and
+    no mismatch has poisoned it.  Else None."""
+    st = comm.state.get("collectives")
+    if st is None or st.pending or st.poisoned is not None:
+        return None
+    return st
+
+
 def prepare(comm, st, buf, key, op):
     """Remember a Plan for all-reduces like this one, where the path applies."""
     from commrt.kernels.reduce import binary_ufunc
