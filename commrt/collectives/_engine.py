@@ -314,16 +314,15 @@ class Call:
             rq, sq = self.coll._exchange(sbuf, dst, rbuf, src, TAG, self.meta, self.probe_s)
         except CommError as exc:
             self._failed(exc, src)
+        return self.complete_exchange(rq, sq, src, rbuf.nbytes)
+
+    def complete_exchange(self, rq, sq, src, nbytes):
+        """Finish an exchange already posted (by exchange(), or by the small path
+        before it handed the call over): wait for the receive and check it."""
         self.sends.append(sq)
-        if rq.done:
-            try:
-                st = rq.status
-            except CommError as exc:
-                self._failed(exc, src)
-        else:
-            st = self._wait_req(rq, src)
-        if st.meta != self.meta or st.nbytes != rbuf.nbytes:
-            self._mismatch(src, st.meta, st.nbytes, rbuf.nbytes)
+        st = self._wait_req(rq, src)
+        if st.meta != self.meta or st.nbytes != nbytes:
+            self._mismatch(src, st.meta, st.nbytes, nbytes)
         return st
 
     def waitall(self, recvs):

@@ -142,11 +142,7 @@ def _resume(comm, buf, plan, seq, i, rq, sq):
     call.start()
     tmp, f = plan.tmp, plan.ufunc
     try:
-        src = plan.steps[i][1]
-        call.sends.append(sq)
-        status = call._wait_req(rq, src)
-        if status.meta != call.meta or status.nbytes != plan.nbytes:
-            call._mismatch(src, status.meta, status.nbytes, plan.nbytes)
+        call.complete_exchange(rq, sq, plan.steps[i][1], plan.nbytes)
         for j in range(i, len(plan.steps)):
             dst, src, first = plan.steps[j]
             if j > i:
