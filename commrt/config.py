@@ -15,6 +15,8 @@ class Knob:
     default: Any
     parse: Callable[[str], Any]
     doc: str
+    empty: Any = None       # the value when set to "" (None: the same as unset)
+    empty_is_value: bool = False
 
 
 def _bool(text):
@@ -40,8 +42,10 @@ def _size_or_auto(text):
 KNOBS: Dict[str, Knob] = {}
 
 
-def knob(name, default, parse, doc):
-    KNOBS[name] = Knob(name, default, parse, doc)
+def knob(name, default, parse, doc, **empty):
+    """Declare a knob.  empty=VALUE: what setting it to "" means, where that
+    differs from leaving it unset (e.g. a cache path set empty: no cache)."""
+    KNOBS[name] = Knob(name, default, parse, doc, empty.get("empty"), "empty" in empty)
 
 
 # -- bootstrap (rendezvous) ------------------------------------------------
@@ -89,7 +93,8 @@ knob("COMMRT_KERNEL_PARALLEL_BYTES", 0, _size,
 knob("COMMRT_ALLREDUCE_ALGO", "", str,
      "Force an all-reduce algorithm (ring, ps, reduce_bcast, tree, rabenseifner, recursive_doubling, hierarchical); empty: cost model.")
 knob("COMMRT_COST_CACHE", "~/.cache/commrt/cost.json", str,
-     "File caching the measured alpha/beta/gamma per transport (empty: measure every job).")
+     "File caching the measured alpha/beta/gamma per transport (empty: measure every job).",
+     empty=None)
 knob("COMMRT_RING_SEGMENT_BYTES", 256 << 10, _size,
      "Segment size of pipelined collectives (ring, tree, chain): reduce one while the next moves.")
 knob("COMMRT_SWITCH_INTERVAL_US", 500.0, float,
@@ -106,6 +111,8 @@ def get(name: str):
     """The value of knob ``name``: parsed from the environment, else its default."""
     k = KNOBS[name]
     raw = os.environ.get(name)
+    if raw == "" and k.empty_is_value:
+        return k.empty
     if raw is None or raw == "":
         return k.default
     try:

@@ -112,9 +112,7 @@ def _cores():
 
 
 def _cache_path():
-    if os.environ.get("COMMRT_COST_CACHE") == "":
-        return None  # set and empty: measure every job (config.get would give the default)
-    path = config.get("COMMRT_COST_CACHE")
+    path = config.get("COMMRT_COST_CACHE")   # set and empty: None, measure every job
     return os.path.expanduser(path) if path else None
 
 
