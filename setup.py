@@ -1,5 +1,6 @@
 """Build script: the package layout (kernels/ and launcher/ install as
-commrt.kernels and commrt.launcher) and the compiled transport core."""
+commrt.kernels and commrt.launcher), the compiled transport core and the
+kernels' C combine loops."""
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
@@ -14,6 +15,12 @@ extensions = [
         ["commrt/transport/_core.pyx"],
         include_dirs=["commrt/transport/includes", numpy.get_include()],
         extra_compile_args=["-O3", "-Wno-unused-function", "-Wno-unreachable-code"],
+    ),
+    Extension(
+        "commrt.kernels._combine",
+        ["kernels/_combine.pyx"],
+        include_dirs=["kernels"],
+        extra_compile_args=["-O3", "-fwrapv", "-Wno-unused-function"],
     ),
 ]
 

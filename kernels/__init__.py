@@ -2,7 +2,9 @@
 
 Reductions (collectives call them) and im2col/col2im (the engine's
 convolution), each as a NumPy reference, Numba CPU, Numba CUDA and CuPy
-twin, chosen by the array's type.  Names load lazily so that ``import
+twin, chosen by the array's type; and C combine loops (``_combine.pyx``)
+whose addresses a caller in C can call between messages (the small
+all-reduce's exchange chain).  Names load lazily so that ``import
 commrt`` never pays for Numba.
 """
 _LAZY = {
@@ -12,6 +14,8 @@ _LAZY = {
     "reference_reduce_into": "commrt.kernels.reduce",
     "scale_into": "commrt.kernels.reduce",
     "cast_into": "commrt.kernels.reduce",
+    "combine_address": "commrt.kernels._combine",
+    "combine_into": "commrt.kernels._combine",
     # convolution lowering
     "im2col": "commrt.kernels.conv",
     "col2im": "commrt.kernels.conv",

@@ -1,0 +1,94 @@
+/* combine.h: the small path's element-wise combine loops, callable from C.
+ *
+ * One pair of functions per (operation, dtype), both with the signature of
+ * cmrt_combine_fn, computing dst[i] = a OP b in place:
+ *   _fwd   a = dst[i], b = src[i]   (dst holds the left operand)
+ *   _rev   a = src[i], b = dst[i]   (src holds the left operand)
+ * so a caller keeps the lower rank's operand on the left on every rank and
+ * the ranks end bitwise equal even where an op does not commute bit for bit.
+ *
+ * Semantics are NumPy's ufuncs', bit for bit (np.add, np.minimum, ...):
+ * integers wrap (the module is built with -fwrapv), MIN/MAX let a NaN win,
+ * one IEEE operation per element (no contraction: a single op has nothing
+ * to fuse).
+ */
+#ifndef COMMRT_COMBINE_H
+#define COMMRT_COMBINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef void (*cmrt_combine_fn)(void *dst, const void *src, int64_t n);
+
+#define CMRT_SUM(a, b) ((a) + (b))
+#define CMRT_PROD(a, b) ((a) * (b))
+/* NumPy's scalar rule: a NaN on the left wins, else the smaller; a tie (0.0 and -0.0)
+ * gives the right operand */
+#define CMRT_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
+#define CMRT_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
+#define CMRT_BAND(a, b) ((a) & (b))
+#define CMRT_BOR(a, b) ((a) | (b))
+#define CMRT_BXOR(a, b) ((a) ^ (b))
+
+#define CMRT_PAIR(OPN, T, TN)                                                   \
+    static void cmrt_##OPN##_##TN##_fwd(void *d, const void *s, int64_t n) {    \
+        T *x = (T *)d;                                                          \
+        const T *y = (const T *)s;                                              \
+        for (int64_t i = 0; i < n; i++) {                                       \
+            T a = x[i], b = y[i];                                               \
+            x[i] = (T)CMRT_##OPN(a, b);                                         \
+        }                                                                       \
+    }                                                                           \
+    static void cmrt_##OPN##_##TN##_rev(void *d, const void *s, int64_t n) {    \
+        T *x = (T *)d;                                                          \
+        const T *y = (const T *)s;                                              \
+        for (int64_t i = 0; i < n; i++) {                                       \
+            T a = y[i], b = x[i];                                               \
+            x[i] = (T)CMRT_##OPN(a, b);                                         \
+        }                                                                       \
+    }
+
+#define CMRT_ARITH(T, TN) \
+    CMRT_PAIR(SUM, T, TN) CMRT_PAIR(PROD, T, TN) CMRT_PAIR(MIN, T, TN) CMRT_PAIR(MAX, T, TN)
+#define CMRT_INT(T, TN) \
+    CMRT_ARITH(T, TN) CMRT_PAIR(BAND, T, TN) CMRT_PAIR(BOR, T, TN) CMRT_PAIR(BXOR, T, TN)
+
+CMRT_INT(int8_t, i1)
+CMRT_INT(int16_t, i2)
+CMRT_INT(int32_t, i4)
+CMRT_INT(int64_t, i8)
+CMRT_INT(uint8_t, u1)
+CMRT_INT(uint16_t, u2)
+CMRT_INT(uint32_t, u4)
+CMRT_INT(uint64_t, u8)
+CMRT_ARITH(float, f4)
+CMRT_ARITH(double, f8)
+
+/* operations, in this order: sum prod min max band bor bxor */
+#define CMRT_N_OPS 7
+#define CMRT_ROW(TN, DIR) {cmrt_SUM_##TN##_##DIR, cmrt_PROD_##TN##_##DIR,           \
+                           cmrt_MIN_##TN##_##DIR, cmrt_MAX_##TN##_##DIR,            \
+                           cmrt_BAND_##TN##_##DIR, cmrt_BOR_##TN##_##DIR,           \
+                           cmrt_BXOR_##TN##_##DIR}
+#define CMRT_FROW(TN, DIR) {cmrt_SUM_##TN##_##DIR, cmrt_PROD_##TN##_##DIR,          \
+                            cmrt_MIN_##TN##_##DIR, cmrt_MAX_##TN##_##DIR, NULL, NULL, NULL}
+
+/* dtypes: i1 i2 i4 i8 u1 u2 u4 u8 f4 f8 */
+#define CMRT_N_TYPES 10
+static const cmrt_combine_fn cmrt_table[2][CMRT_N_TYPES][CMRT_N_OPS] = {
+    {CMRT_ROW(i1, fwd), CMRT_ROW(i2, fwd), CMRT_ROW(i4, fwd), CMRT_ROW(i8, fwd),
+     CMRT_ROW(u1, fwd), CMRT_ROW(u2, fwd), CMRT_ROW(u4, fwd), CMRT_ROW(u8, fwd),
+     CMRT_FROW(f4, fwd), CMRT_FROW(f8, fwd)},
+    {CMRT_ROW(i1, rev), CMRT_ROW(i2, rev), CMRT_ROW(i4, rev), CMRT_ROW(i8, rev),
+     CMRT_ROW(u1, rev), CMRT_ROW(u2, rev), CMRT_ROW(u4, rev), CMRT_ROW(u8, rev),
+     CMRT_FROW(f4, rev), CMRT_FROW(f8, rev)},
+};
+
+/* the function for (op, dtype, order), or NULL where there is none */
+static cmrt_combine_fn cmrt_combine_lookup(int op, int type, int src_first) {
+    if (op < 0 || op >= CMRT_N_OPS || type < 0 || type >= CMRT_N_TYPES)
+        return NULL;
+    return cmrt_table[src_first ? 1 : 0][type][op];
+}
+
+#endif
