@@ -221,7 +221,7 @@ cdef class Engine:
 
     def __dealloc__(self):
         if self.E != NULL:
-            self._teardown()
+            self._teardown(False)
 
     # ------------------------------------------------------------ set-up
     @property
@@ -619,9 +619,13 @@ cdef class Engine:
                 pthread_mutex_lock(&E.lock)
             E.closed = True
             pthread_mutex_unlock(&E.lock)
-        self._teardown()
+        self._teardown(True)
 
-    cdef void _teardown(self):
+    cdef void _teardown(self, bint sweep):
+        """Free everything.  sweep: forget finished requests in the live set; not
+        from __dealloc__, where the garbage collector may be freeing that set and
+        its requests (a request's dealloc can be what drops the engine's last
+        reference: sweeping then would free it a second time)."""
         cdef eng_t *E = self.E
         cdef peer_t *p
         cdef umsg_t *u
@@ -648,7 +652,8 @@ cdef class Engine:
                 posted_remove(E, r)
                 fail(E, r, E_CLOSED, E.rank)
             pthread_mutex_unlock(&E.lock)
-        self._sweep()
+        if sweep:
+            self._sweep()
         for i in range(E.size):
             p = &E.peers[i]
             if p.fd >= 0:
@@ -660,7 +665,7 @@ cdef class Engine:
             if p.rxbuf != NULL:
                 free(p.rxbuf)
                 p.rxbuf = NULL
-        for addr, length in self.segments:
+        for addr, length in self.segments or ():
             munmap(<void *><size_t>addr, <size_t>length)
         self.segments = []
         while E.unexp_head != NULL:
