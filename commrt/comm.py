@@ -123,6 +123,14 @@ class Communicator:
                                      self._peer(src, "src"), self._ctx, tag, meta, wait,
                                      self._rank_of)
 
+    def _exchange_chain(self, steps, tmp, count, tag):
+        """A persistent chain of exchanges on this context (the collectives' repeated
+        pairwise steps; transport/chain.pxi): steps are (dst, src, hook address),
+        tmp the receive buffer, count the hook's element count."""
+        steps = [(self._peer(dst, "dst"), self._peer(src, "src"), hook)
+                 for dst, src, hook in steps]
+        return self._engine.exchange_chain(steps, tmp, count, self._ctx, tag, self._rank_of)
+
     def send_obj(self, obj, dst, tag=0, *, timeout=None):
         """Send a picklable object (peers are authenticated, so unpickling is safe)."""
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)

@@ -16,10 +16,12 @@ Status or an exception.  Files included below, in dependency order:
     shm.pxi       shared-memory rings, doorbells, process_vm_readv
     tcp.pxi       TCP framing and the receive state machine
     engine.pxi    message handling, progress, sleeping, progress thread
+    chain.pxi     persistent exchange chains (after the Engine: they use its internals)
 """
-from cpython.buffer cimport (PyBUF_ANY_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release,
-                             PyObject_CheckBuffer, PyObject_GetBuffer)
+from cpython.buffer cimport (PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE,
+                             PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer)
 from cpython.exc cimport PyErr_CheckSignals
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memmove, memset, strncpy
@@ -426,6 +428,15 @@ cdef class Engine:
         self._block_until(rq, now_ns() + <int64_t>(wait * 1e9), True)
         return rq, sq
 
+    def exchange_chain(self, steps, tmp, int64_t count, uint32_t ctx, int tag, rank_of=None):
+        """Bind a chain of exchanges once -> ExchangeChain (chain.pxi).
+
+        steps: (dst, src, hook) per step: send the in/out buffer to dst,
+        receive tmp from src, then call the C function at address hook (0:
+        none) as hook(in/out, tmp, count).  Every run posts each receive
+        before its send, as exchange() does."""
+        return make_chain(self, steps, tmp, count, ctx, tag, rank_of)
+
     # ------------------------------------------------------------ waiting
     cdef int _wait(self, Request q, object timeout, bint spin=True) except -1:
         cdef double t = self.default_timeout if timeout is None else float(timeout)
@@ -703,6 +714,9 @@ def _buffer_problem(buf, writable, exc):
     if writable and m.readonly:
         return f"buf: a read-only {kind} cannot receive data"
     return f"buf: unusable {kind}: {exc}"
+
+
+include "chain.pxi"
 
 
 _errors_mod = None

@@ -139,8 +139,9 @@ cdef void complete(eng_t *E, req_t *r, int err) noexcept nogil:
         return
     r.err = err
     r.state = S_ERROR if err else S_DONE
-    r.done_next = E.done_head
-    E.done_head = r
+    if not r.persistent:                # a chain's requests live as long as the chain
+        r.done_next = E.done_head
+        E.done_head = r
     E.outstanding -= 1
     if E.sleepers > 0:
         pthread_cond_broadcast(&E.done_cond)

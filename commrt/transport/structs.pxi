@@ -101,6 +101,7 @@ cdef struct req_t:
     req_t *done_next    # completion list (swept by Python)
     void *pyobj         # the Request object that owns this struct
     bint user_visible   # completion should wake the progress thread's waiters
+    bint persistent     # owned by an ExchangeChain: not put on the completion list
 
 cdef struct umsg_t:     # an unexpected message: eager payload, or an RTS
     hdr_t h

@@ -1,0 +1,77 @@
+"""Persistent exchange chains (transport/chain.pxi): bound once, run many times;
+results, refused buffers, and the hand-over of a step that is not clean (meta
+or size mismatch, a late peer, a dead one) as ordinary Requests."""
+import json
+
+import pytest
+
+import chain_ranks as R
+from commrt.testing import World, WorldError
+
+
+@pytest.fixture(scope="module", params=[(2, "shm"), (4, "shm"), (2, "tcp")],
+                ids=lambda p: f"{p[1]}{p[0]}")
+def world(request):
+    n, transport = request.param
+    with World(n, transport=transport, timeout=120) as w:
+        yield w
+
+
+@pytest.mark.parametrize("rebind", [False, True])
+@pytest.mark.parametrize("n", [1, 5, 4096])
+def test_runs_reduce_and_leave_nothing_behind(world, n, rebind):
+    for out in world.run(R.sums, 6, n, rebind):
+        assert out["ret"] == [out["nsteps"]] * 6, out
+        assert all(out["ok"]), out
+        assert out["live_growth"] <= 0, out
+
+
+def test_refused_buffers_send_nothing(world):
+    for rets, sent, ret, x in world.run(R.refused_buffers):
+        assert rets == [-1] * 5 and sent == 0, (rets, sent)
+        total = sum(range(1, world.size + 1))
+        assert ret == (world.size - 1).bit_length() and x == [total] * 4
+
+
+def test_chains_without_hook_or_steps(world):
+    for rets, nsteps, none in world.run(R.no_hook):
+        assert rets == [nsteps] * 5 and none == 0
+
+
+def test_meta_mismatch_stops_and_hands_over():
+    with World(2, timeout=60) as w:
+        res = w.run(R.meta_mismatch)
+    for r, out in enumerate(res):
+        other = 1 - r
+        assert out["k"] == 0 and out["again"] is None, out
+        assert out["meta"] == 100 + other and out["source"] == other and out["nbytes"] == 16
+        assert out["tmp"] == [other + 1.0] * 2 and out["buf"] == [r + 1.0] * 2  # not combined
+        assert out["clean"] == 1 and out["sum"] == [3.0, 3.0], out
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_late_peer_hands_over_then_runs_clean(transport):
+    with World(2, transport=transport, timeout=60) as w:
+        r0, r1 = w.run(R.late_peer, 0.01)
+    assert r0["k"] == 0 and r0["meta"] == 9, r0
+    assert r0["tmp"] == [2.0] * 3 and r0["buf_before"] == [1.0] * 3, r0
+    assert r1["k"] == 1 and r1["handover"] is None, r1
+    for out in (r0, r1):
+        assert out["rets"] == [1, 1] and out["sum"] == [3.0] * 3, out
+        assert out["live"] == 0, out
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_dead_peer_fails_the_handed_over_receive(transport, tmp_path):
+    with World(2, transport=transport, timeout=60) as w:
+        with pytest.raises(WorldError, match="rank 1"):
+            w.run(R.dead_peer, str(tmp_path), timeout=45)
+    k, err, elapsed = json.loads((tmp_path / "0.json").read_text())
+    assert k == 0 and err is not None and err[0] == 1 and "rank 1" in err[1], (k, err)
+
+
+def test_sizes_that_differ_stop_the_chain():
+    with World(2, timeout=60) as w:
+        (k0, what0, detail0), (k1, what1, nbytes1) = w.run(R.sizes_differ)
+    assert k0 == 0 and what0 == "truncated", detail0
+    assert k1 == 0 and what1 == "ok" and nbytes1 == 8
