@@ -223,9 +223,10 @@ class Communicator:
     def reduce(self, buf, root=0, op=None, **kw):
         return _coll().reduce(self, buf, root, _op(op), **kw)
 
-    def all_reduce(self, buf, op=None, algorithm=None, **kw):
-        c = _collectives or _coll()          # a tiny all-reduce is ~2 µs: keep this thin
-        return c.all_reduce(self, buf, c.SUM if op is None else op, algorithm, **kw)
+    def all_reduce(self, buf, op=None, algorithm=None, *, timeout=None, async_op=False):
+        c = _collectives or _coll()          # a tiny all-reduce is ~1 µs: keep this thin
+        return c.all_reduce(self, buf, c.SUM if op is None else op, algorithm, timeout=timeout,
+                            async_op=async_op)
 
     def all_gather(self, out, buf, **kw):
         return _coll().all_gather(self, out, buf, **kw)

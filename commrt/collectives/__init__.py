@@ -48,6 +48,8 @@ from commrt.collectives._engine import Call, CollRequest, execute, state_of  # n
 from commrt.collectives.ops import AVG, SUM, ReduceOp
 from commrt.errors import CollectiveMismatchError
 
+_ndarray = np.ndarray
+
 __all__ = ["barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter",
            "reduce_scatter", "all_to_all", "broadcast_obj", "all_gather_obj", "gather_obj",
            "split", "new_group", "ReduceOp", "CollRequest", "ALGORITHMS"]
@@ -204,8 +206,10 @@ def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=
 
 def all_reduce(comm, buf, op=SUM, algorithm=None, *, timeout=None, async_op=False):
     """Combine every rank's buf element-wise with op; every rank gets the result in buf."""
+    # A tiny all-reduce is ~1 µs: this entry only looks for a Plan (_small.py);
+    # everything else is in _all_reduce (its closure would cost every call here).
     key = None
-    if type(buf) is np.ndarray and algorithm is None and timeout is None and not async_op:
+    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op:
         st = _small.state_if_idle(comm)
         if st is not None:
             key = (buf.shape, buf.dtype, op)
@@ -215,6 +219,11 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, *, timeout=None, async_op=Fals
                 plan = key = None
             if plan is not None and _small.run(comm, st, buf, plan) is not None:
                 return buf
+    return _all_reduce(comm, buf, op, algorithm, timeout, async_op, key)
+
+
+def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
+    """The general path (key: the small path's plan key, where it may prepare one)."""
     flat, done = _host(buf, "buf", True)
     op, red, red_many = _reducer(comm, op, flat.dtype)
     if algorithm is None:

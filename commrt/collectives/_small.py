@@ -7,25 +7,29 @@ path spends several microseconds in Python before its first message
 times the transport's own latency.  Here, the first call of a given
 (shape, dtype, op) on a communicator that the cost model sends to
 recursive doubling prepares a Plan: the fingerprint without its sequence
-number, the partner and operand order of each step, a scratch buffer and
-the NumPy ufunc that reduces (``commrt.kernels.reduce.binary_ufunc``).
-Later calls only stamp the sequence number and, per step, make one engine
-call (``Communicator._exchange``: post the receive, send, wait) and one
-ufunc call.
+number, the partner and operand order of each step, a scratch buffer, and a
+persistent exchange chain (``Communicator._exchange_chain``) bound to them,
+whose steps end with the kernels' C combine loop for (op, dtype) with the
+lower rank's operand first (``commrt.kernels.combine_address``).  Later
+calls only stamp the sequence number and run the chain: one C call that,
+step by step, posts the receive, sends, waits, checks and combines, and
+allocates nothing.  Float16 has no C loop: its chain runs one step at a
+time and a NumPy ufunc combines (``commrt.kernels.reduce.binary_ufunc``).
 
 The barrier gets the same treatment (its plan: the dissemination rounds).
 The messages, fingerprints and operand order are exactly those of
 ``allreduce/recursive_doubling.py`` for a power-of-two world and of
-``algorithms/barrier.py``, so a rank on this path and a rank on the
-general one interoperate, and results stay bitwise equal.  Anything unusual -- no answer within the probe interval,
-a send still in flight, an error, a fingerprint that differs -- hands the
-call over to a Call with the same sequence number, which waits, probes,
-reports mismatches and lost peers exactly as the general path does.
+``algorithms/barrier.py``, so a rank on this path and a rank on the general
+one interoperate, and results stay bitwise equal.  Anything unusual -- no
+answer within the probe interval, a send still in flight, an error, a
+fingerprint or size that differs -- stops the chain at that step and hands
+the step's requests and the call over to a Call with the same sequence
+number, which waits, probes, reports mismatches and lost peers exactly as
+the general path does.
 """
 import numpy as np
 
 from commrt.collectives._engine import ALGO_CODE, DTYPE_CODE, KIND_CODE, TAG, Call, pack
-from commrt.errors import CommError
 
 ALGO = "recursive_doubling"
 MAX_PLANS = 64          # distinct (shape, dtype, op) kept per communicator
@@ -33,23 +37,39 @@ MAX_PLANS = 64          # distinct (shape, dtype, op) kept per communicator
 
 class Plan:
     """One prepared collective: fingerprint base, steps (send to, receive from,
-    whether our operand goes first), scratch, the reducing ufunc (None: barrier)."""
-    __slots__ = ("kind", "algo", "base", "count", "nbytes", "dtype", "op", "ufunc", "tmp",
-                 "steps", "exchange", "wait", "avg")
+    whether our operand goes first), scratch, the persistent exchange chain, and
+    how to combine in Python (None: barrier).  `fused`: the chain combines with
+    the kernels' C loop after each step, so one chain run is the whole call."""
+    __slots__ = ("kind", "algo", "base", "count", "nbytes", "dtype", "op", "tmp", "steps",
+                 "nsteps", "chain", "fused", "combine", "wait", "avg")
 
-    def __init__(self, comm, st, kind, algo, buf, op, ufunc, avg, steps):
+    def __init__(self, comm, st, kind, algo, buf, op, kernel, ufunc, avg, steps):
         self.kind, self.algo = kind, algo
-        self.count = buf.size if ufunc is not None else 0
+        self.count = buf.size if kernel is not None else 0
         self.nbytes = buf.nbytes
-        self.dtype = buf.dtype if ufunc is not None else None
+        self.dtype = buf.dtype if kernel is not None else None
         self.op = op
         self.base = pack(0, KIND_CODE[kind], ALGO_CODE[algo], self.count,
-                         DTYPE_CODE[buf.dtype] if ufunc is not None else 0,
+                         DTYPE_CODE[buf.dtype] if kernel is not None else 0,
                          op.value if op is not None else 0, 0)
-        self.ufunc = ufunc
         self.tmp = np.empty_like(buf)
         self.steps = steps
-        self.exchange = comm._coll._exchange
+        self.nsteps = len(steps)
+        hooks = [0] * len(steps)
+        self.combine = None
+        self.fused = True
+        if kernel is not None:
+            from commrt.kernels import combine_address, combine_into
+
+            hooks = [combine_address(kernel, buf.dtype, not first) for _, _, first in steps]
+            if all(hooks):                  # C loop: the same one when finishing in Python
+                self.combine = lambda b, t, first: combine_into(b, t, kernel, not first)
+            else:                           # float16: one NumPy ufunc call per step
+                hooks = [0] * len(steps)
+                self.fused = False
+                self.combine = lambda b, t, first: _combine(ufunc, b, t, first)
+        self.chain = comm._coll._exchange_chain(
+            [(dst, src, h) for (dst, src, _), h in zip(steps, hooks)], self.tmp, self.count, TAG)
         self.wait = min(st.probe_s, st.timeout)
         self.avg = avg
 
@@ -83,7 +103,8 @@ def prepare(comm, st, buf, key, op):
     while mask < n:
         steps.append((r ^ mask, r ^ mask, r < r ^ mask))
         mask <<= 1
-    _keep(st, key, Plan(comm, st, "all_reduce", ALGO, buf, op, ufunc, avg, steps))
+    kernel = "sum" if avg else op.kernel
+    _keep(st, key, Plan(comm, st, "all_reduce", ALGO, buf, op, kernel, ufunc, avg, steps))
 
 
 def prepare_barrier(comm, st):
@@ -95,7 +116,7 @@ def prepare_barrier(comm, st):
     while d < n:
         steps.append(((r + d) % n, (r - d) % n, True))
         d <<= 1
-    plan = Plan(comm, st, "barrier", "dissemination", np.zeros(0, np.uint8), None, None,
+    plan = Plan(comm, st, "barrier", "dissemination", np.zeros(0, np.uint8), None, None, None,
                 False, steps)
     _keep(st, "barrier", plan)
     return plan
@@ -110,37 +131,46 @@ def _keep(st, key, plan):
 def run(comm, st, buf, plan):
     """Run the collective in place on buf along its Plan; returns buf, or None
     (having done nothing) when buf does not fit this path."""
-    if not (buf.flags.c_contiguous and buf.flags.writeable):
-        return None
     seq = st.seq
-    st.seq = seq + 1
     meta = plan.base | (seq & 0xFFFF)
+    if plan.fused:
+        i = plan.chain.run(buf, meta, plan.wait)
+        if i == plan.nsteps:                # the whole call, in one C call
+            st.seq = seq + 1
+            st.history.append((seq, meta, plan.count))
+            if plan.avg:
+                _average(buf, comm.size)
+            return buf
+    else:
+        i = plan.chain.run(buf, meta, plan.wait, 0, 1)
+    if i < 0:
+        return None                         # not C-contiguous and writable: nothing sent
+    st.seq = seq + 1
     st.history.append((seq, meta, plan.count))
-    tmp, f = plan.tmp, plan.ufunc
-    for i, (dst, src, first) in enumerate(plan.steps):
-        rq, sq = plan.exchange(buf, dst, tmp, src, TAG, meta, plan.wait)
-        if not (rq.done and sq.done):
-            return _resume(comm, buf, plan, seq, i, rq, sq)
-        try:
-            status = rq.status
-        except CommError:
-            return _resume(comm, buf, plan, seq, i, rq, sq)
-        if status.meta != meta or status.nbytes != plan.nbytes:
-            return _resume(comm, buf, plan, seq, i, rq, sq)
-        if f is not None:
-            _combine(f, buf, tmp, first)
-    if plan.avg:
-        _average(buf, comm.size)
-    return buf
+    if not plan.fused:                      # one step per chain run, combined here
+        j, n = 0, plan.nsteps
+        while i == j + 1:
+            plan.combine(buf, plan.tmp, plan.steps[j][2])
+            j = i
+            if j == n:
+                break
+            i = plan.chain.run(buf, meta, plan.wait, j, j + 1)
+        if i == n:
+            if plan.avg:
+                _average(buf, comm.size)
+            return buf
+    return _resume(comm, buf, plan, seq, i)
 
 
-def _resume(comm, buf, plan, seq, i, rq, sq):
-    """Finish the call from step i with a Call (same sequence number): it waits
-    with deadlines and probes, and raises what the general path would."""
+def _resume(comm, buf, plan, seq, i):
+    """Finish the call from step i, whose requests the chain handed over, with a
+    Call (same sequence number): it waits with deadlines and probes, and raises
+    what the general path would."""
+    rq, sq = plan.chain.handover()
     call = Call(comm, plan.kind, count=plan.count, dtype=plan.dtype, op=plan.op,
                 algo=plan.algo, seq=seq)
     call.start()
-    tmp, f = plan.tmp, plan.ufunc
+    tmp, combine = plan.tmp, plan.combine
     try:
         call.complete_exchange(rq, sq, plan.steps[i][1], plan.nbytes)
         for j in range(i, len(plan.steps)):
@@ -148,8 +178,8 @@ def _resume(comm, buf, plan, seq, i, rq, sq):
             if j > i:
                 call.exchange(buf, dst, tmp, src)
             call.wait_sends()               # the partner has our copy; buf may change now
-            if f is not None:
-                _combine(f, buf, tmp, first)
+            if combine is not None:
+                combine(buf, tmp, first)
         call.end()
     finally:
         call.state.current = None
@@ -166,7 +196,12 @@ def _combine(f, buf, tmp, first):
         f(tmp, buf, out=buf)
 
 
-def _average(buf, n):
-    from commrt.kernels.reduce import scale_into
+_scale = []
 
-    scale_into(buf, n)
+
+def _average(buf, n):
+    if not _scale:
+        from commrt.kernels.reduce import scale_into
+
+        _scale.append(scale_into)
+    _scale[0](buf, n)
