@@ -6,8 +6,9 @@ left = r-1, all mod N):
      right and receives chunk r-s-1 from the left, reducing it into its own.
      Each chunk travels in segments (COMMRT_RING_SEGMENT_BYTES): as soon as
      a segment arrives it is reduced and sent on, so reducing one segment
-     overlaps moving the next; receives of step s+1 are posted before step
-     s is reduced (two scratch chunks, alternating).
+     overlaps moving the next.  Segments land in a few segment-sized
+     receive slots (SLOTS) that stay in cache; a slot takes the next
+     receive, whatever its step, as soon as it has been reduced from.
   2. rank r now holds chunk r+1 fully reduced.
   3. all-gather, N-1 steps: rank r sends chunk r+1-s, receives chunk r-s
      straight into its buffer, and forwards each segment as it lands.
@@ -17,6 +18,8 @@ Cost: 2(N-1)·α + 2·(N-1)/N·K·β + (N-1)/N·K·γ  (bandwidth-optimal; laten
 grows with N).  Bytes sent per rank: 2K - |chunk r+1| - |chunk r+2|, i.e.
 2(N-1)/N·K when N divides the count.
 """
+import collections
+
 from commrt.collectives._engine import bounds, seg_elems, segments
 
 
@@ -31,6 +34,13 @@ def cost(n, nbytes, p):
     return p.time(n, lat, crit, n * crit)
 
 
+# Receive slots in flight: each incoming segment lands in one of a few
+# segment-sized buffers that stay in cache, is reduced from there and the
+# slot takes the next receive.  (A chunk-sized scratch would push every byte
+# out to memory and back once more: at 16 MiB that is a third more traffic.)
+SLOTS = 4
+
+
 def reduce_scatter(call, buf, reduce):
     """Step 1 (segmented, pipelined): afterwards rank r holds chunk (r+1) mod N
     of buf fully reduced.  Returns the chunk bounds.  Also the first half of
@@ -39,31 +49,33 @@ def reduce_scatter(call, buf, reduce):
     right, left = (r + 1) % n_ranks, (r - 1) % n_ranks
     b = bounds(buf.size, n_ranks)
     seg = seg_elems(buf.itemsize)
-    width = b[1] - b[0]
-    tmp = (call.state.scratch("ring0", width, buf.dtype),
-           call.state.scratch("ring1", width, buf.dtype))
+    # every segment that will arrive from the left, in the order it is sent: (step, lo, hi)
+    incoming = [(s, lo, hi) for s in range(n_ranks - 1)
+                for lo, hi in segments(b[(r - s - 1) % n_ranks], b[(r - s - 1) % n_ranks + 1], seg)]
+    width = max(hi - lo for _, lo, hi in incoming)
+    slots = [call.state.scratch(f"ring{k}", width, buf.dtype)
+             for k in range(min(SLOTS, len(incoming)))]
+    posted = collections.deque()
 
-    def post(s):
-        c = (r - s - 1) % n_ranks
-        t, base = tmp[s % 2], b[c]
-        return [(lo, hi, call.irecv(t[lo - base:hi - base], left))
-                for lo, hi in segments(b[c], b[c + 1], seg)]
+    def post(i):
+        s, lo, hi = incoming[i]
+        t = slots[i % len(slots)][: hi - lo]
+        posted.append((s, lo, hi, t, call.irecv(t, left)))
 
-    nxt = post(0)  # receives first: the transport matches them without queueing
+    for i in range(len(slots)):        # receives first: matched without queueing
+        post(i)
     for lo, hi in segments(b[r], b[r + 1], seg):
         call.isend(buf[lo:hi], right)
-    for s in range(n_ranks - 1):
-        cur = nxt
-        last = s == n_ranks - 2
-        if not last:
-            nxt = post(s + 1)
-        c = (r - s - 1) % n_ranks
-        t, base = tmp[s % 2], b[c]
-        for lo, hi, rv in cur:
-            call.wait(rv)
-            reduce(buf[lo:hi], t[lo - base:hi - base])
-            if not last:
-                call.isend(buf[lo:hi], right)
+    nxt = len(slots)
+    while posted:
+        s, lo, hi, t, rv = posted.popleft()
+        call.wait(rv)
+        reduce(buf[lo:hi], t)
+        if s < n_ranks - 2:
+            call.isend(buf[lo:hi], right)
+        if nxt < len(incoming):        # the slot just reduced from is free again
+            post(nxt)
+            nxt += 1
     return b
 
 
