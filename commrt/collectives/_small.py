@@ -133,20 +133,20 @@ def run(comm, st, buf, plan):
     (having done nothing) when buf does not fit this path."""
     seq = st.seq
     meta = plan.base | (seq & 0xFFFF)
+    st.seq = seq + 1                        # begun (even if Ctrl-C stops the chain)
+    st.history.append((seq, meta, plan.count))
     if plan.fused:
         i = plan.chain.run(buf, meta, plan.wait)
         if i == plan.nsteps:                # the whole call, in one C call
-            st.seq = seq + 1
-            st.history.append((seq, meta, plan.count))
             if plan.avg:
                 _average(buf, comm.size)
             return buf
     else:
         i = plan.chain.run(buf, meta, plan.wait, 0, 1)
-    if i < 0:
-        return None                         # not C-contiguous and writable: nothing sent
-    st.seq = seq + 1
-    st.history.append((seq, meta, plan.count))
+    if i < 0:                               # not C-contiguous and writable: nothing sent
+        st.seq = seq
+        st.history.pop()
+        return None
     if not plan.fused:                      # one step per chain run, combined here
         j, n = 0, plan.nsteps
         while i == j + 1:
