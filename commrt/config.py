@@ -90,6 +90,12 @@ knob("COMMRT_PROGRESS_DELAY_US", 1000.0, float,
 # -- kernels and collectives ------------------------------------------------
 knob("COMMRT_KERNEL_PARALLEL_BYTES", 0, _size,
      "Arrays from this size up are reduced with Numba's threads; 0: never (measured on 2 cores: they pay only when the other core is idle).")
+knob("COMMRT_CONV_CHUNK_BYTES", 512 << 10, _size,
+     "With one Numba thread, convolutions that do not take the Winograd path run im2col and "
+     "the product on a chunk of images at a time whose columns and products fit in this many "
+     "bytes (kept in the core's L2 cache, 1 MiB on the 2-core host; see "
+     "kernels/conv_chunked.py); 0: the whole batch at once (one large column matrix), as with "
+     "more threads.")
 knob("COMMRT_ALLREDUCE_ALGO", "", str,
      "Force an all-reduce algorithm (ring, ps, reduce_bcast, tree, rabenseifner, recursive_doubling, hierarchical); empty: cost model.")
 knob("COMMRT_COST_CACHE", "~/.cache/commrt/cost.json", str,

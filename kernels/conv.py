@@ -15,9 +15,11 @@ an image, which is the gradient of ``im2col``.
 Twins: a NumPy reference (``im2col_numpy``: stride tricks; the only Python
 loop runs over the kh*kw kernel taps, never over pixels), Numba CPU
 (``im2col_numba``), Numba CUDA (``im2col_cuda``) and CuPy (``im2col_cupy``).
-This module only dispatches by the array's type, and says when a
-convolution takes the Winograd path instead (``winograd``: 3x3, stride 1,
-dilation 1, NumPy float arrays, Numba and SciPy installed).
+This module only dispatches by the array's type, and says which path a
+convolution on the CPU takes instead of the whole-batch lowering: Winograd
+(``winograd``: 3x3, stride 1, dilation 1; Numba and SciPy installed) or
+im2col + GEMM a chunk of images at a time (``chunked``: any other geometry,
+one thread; Numba installed), both for NumPy float arrays.
 """
 import numpy as np
 
@@ -68,3 +70,23 @@ def winograd(x, kernel_size, stride, dilation):
     except ImportError:                  # no Numba, or no SciPy (Numba's BLAS)
         return None
     return module
+
+
+def chunked(x):
+    """The ``commrt.kernels.conv_chunked`` module when it computes this
+    convolution (a NumPy float array, Numba installed, one Numba thread,
+    COMMRT_CONV_CHUNK_BYTES not 0), else None: the caller then lowers the
+    whole batch to one column matrix.  The chunks run on the calling thread;
+    with more threads, the whole batch's products and col2im spread over
+    them instead."""
+    if not (isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float64)):
+        return None
+    from commrt import config
+    if config.get("COMMRT_CONV_CHUNK_BYTES") <= 0:
+        return None
+    try:
+        from commrt.kernels import conv_chunked as module
+        from commrt.kernels._jit import numba
+    except ImportError:                  # no Numba
+        return None
+    return module if numba.get_num_threads() == 1 else None

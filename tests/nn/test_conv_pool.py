@@ -39,8 +39,22 @@ GEOMETRIES = [
 ]
 
 
+@pytest.fixture(params=["chunked", "whole batch"])
+def lowering(request, monkeypatch):
+    """Run a test with im2col + GEMM a chunk of images at a time (the CPU's
+    way with one thread) and again with the whole batch lowered at once."""
+    from commrt.kernels._jit import numba
+    before = numba.get_num_threads()
+    if request.param == "whole batch":
+        monkeypatch.setenv("COMMRT_CONV_CHUNK_BYTES", "0")
+    else:
+        numba.set_num_threads(1)
+    yield request.param
+    numba.set_num_threads(before)
+
+
 @pytest.mark.parametrize("shape,wshape,stride,padding,dilation", GEOMETRIES)
-def test_conv2d_matches_direct_convolution(shape, wshape, stride, padding, dilation):
+def test_conv2d_matches_direct_convolution(lowering, shape, wshape, stride, padding, dilation):
     x = rng.standard_normal(shape)
     w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:])
     b = rng.standard_normal(wshape[0])
@@ -49,14 +63,14 @@ def test_conv2d_matches_direct_convolution(shape, wshape, stride, padding, dilat
 
 
 @pytest.mark.parametrize("shape,wshape,stride,padding,dilation", GEOMETRIES[1:6])
-def test_conv2d_gradients(shape, wshape, stride, padding, dilation):
+def test_conv2d_gradients(lowering, shape, wshape, stride, padding, dilation):
     x = nn.Tensor(rng.standard_normal(shape), requires_grad=True)
     w = nn.Tensor(rng.standard_normal((wshape[0], shape[1]) + wshape[1:]), requires_grad=True)
     b = nn.Tensor(rng.standard_normal(wshape[0]), requires_grad=True)
     check_grad(lambda: F.conv2d(x, w, b, stride, padding, dilation), [x, w, b])
 
 
-def test_conv2d_without_bias_and_without_input_grad():
+def test_conv2d_without_bias_and_without_input_grad(lowering):
     x = nn.Tensor(rng.standard_normal((2, 2, 4, 4)))
     w = nn.Tensor(rng.standard_normal((3, 2, 3, 3)), requires_grad=True)
     check_grad(lambda: F.conv2d(x, w, padding=1), [w])

@@ -5,7 +5,7 @@ product ``W @ col`` yields (Cout, N*Ho*Wo), and transposing the view costs
 nothing.  Elementwise layers keep that order, so the gradient that comes
 back is usually CNHW-contiguous too and backward reshapes it without a copy.
 """
-from commrt.kernels.conv import col2im, im2col, winograd
+from commrt.kernels.conv import chunked, col2im, im2col, winograd
 from commrt.kernels.im2col_numpy import geometry
 from commrt.nn.backend import get_array_module
 from commrt.nn.functions._util import as_tensor, pair, require_float, require_same_dtype
@@ -47,8 +47,11 @@ def linear(x, weight, bias=None):
 
 class Conv2d(Function):
     """3x3 stride-1 layers on the CPU go through Winograd F(4x4, 3x3)
-    (``commrt.kernels.winograd``: 4x fewer multiplications, output NCHW);
-    every other one through im2col and one product (output CNHW, see above)."""
+    (``commrt.kernels.winograd``: 4x fewer multiplications, output NCHW),
+    other CPU layers through im2col + GEMM a chunk of images at a time
+    (``commrt.kernels.conv_chunked``: the columns stay in cache); the rest
+    (GPU arrays, or no Numba) through im2col of the whole batch and one
+    product.  Both of these give the output in CNHW order (see above)."""
 
     def forward(self, x, w, b=None):
         k = w.shape[2:]
@@ -61,6 +64,10 @@ class Conv2d(Function):
             self.x = x if self.needs_input_grad[1] else None
             self.U = U if self.needs_input_grad[0] else None
             return y
+        self.chunked = chunked(x)
+        if self.chunked is not None:
+            self.x, self.w = x, w                      # held by their tensors anyway
+            return self.chunked.conv2d(x, w, b, s, p, d)
         cout = w.shape[0]
         w2 = w.reshape(cout, -1)
         col = im2col(x, k, s, p, d)
@@ -78,6 +85,10 @@ class Conv2d(Function):
         if self.winograd is not None:
             gx, gw, gb = self.winograd.conv2d_backward(gy, self.x, self.U, self.x_shape,
                                                        self.geom[2], need[0], need[1])
+            return (gx, gw) if len(need) == 2 else (gx, gw, gb if need[2] else None)
+        if self.chunked is not None:
+            _, s, p, d = self.geom
+            gx, gw, gb = self.chunked.conv2d_backward(gy, self.x, self.w, s, p, d, need[0], need[1])
             return (gx, gw) if len(need) == 2 else (gx, gw, gb if need[2] else None)
         cout = gy.shape[1]
         gy2 = gy.transpose(1, 0, 2, 3).reshape(cout, -1)   # free when gy is CNHW-contiguous
@@ -151,7 +162,9 @@ class MaxPool2d(Function):
         xp = get_array_module(gy)
         padded, y = self.padded, self.y
         disjoint = self.stride[0] >= self.kernel_size[0] and self.stride[1] >= self.kernel_size[1]
-        gx = xp.zeros(padded.shape, dtype=gy.dtype)
+        # in the input's memory order (CNHW below a convolution): the ReLU and
+        # convolution under this layer then read it without a copy
+        gx = xp.zeros_like(padded, dtype=gy.dtype)
         taken = None
         for tap in _taps(padded.shape, self.kernel_size, self.stride):
             hit = padded[tap] == y
