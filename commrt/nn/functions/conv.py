@@ -161,18 +161,24 @@ class MaxPool2d(Function):
     def backward(self, gy):
         xp = get_array_module(gy)
         padded, y = self.padded, self.y
-        disjoint = self.stride[0] >= self.kernel_size[0] and self.stride[1] >= self.kernel_size[1]
+        (kh, kw), (sh, sw) = self.kernel_size, self.stride
+        disjoint = sh >= kh and sw >= kw
+        # windows that tile the input exactly (LeNet's 2x2 pools): every
+        # element is written once below, so the gradient needs no zeroing
+        tiled = (sh, sw) == (kh, kw) and padded.shape[2:] == (y.shape[2] * kh, y.shape[3] * kw)
         # in the input's memory order (CNHW below a convolution): the ReLU and
         # convolution under this layer then read it without a copy
-        gx = xp.zeros_like(padded, dtype=gy.dtype)
+        gx = (xp.empty_like if tiled else xp.zeros_like)(padded, dtype=gy.dtype)
+        taps = _taps(padded.shape, self.kernel_size, self.stride)
         taken = None
-        for tap in _taps(padded.shape, self.kernel_size, self.stride):
+        for k, tap in enumerate(taps):
             hit = padded[tap] == y
             if taken is None:
                 taken = hit
             else:
                 xp.greater(hit, taken, out=hit)      # hit and not yet taken
-                taken |= hit
+                if k + 1 < len(taps):
+                    taken |= hit
             if disjoint:                             # windows do not overlap: write in place
                 xp.multiply(gy, hit, out=gx[tap])
             else:
