@@ -231,13 +231,15 @@ def conv2d_backward(gy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
         dw = np.zeros(w.shape, gy.dtype) if need_w else None
         return dx, dw, np.zeros(g.K, gy.dtype)
     w2 = w.reshape(g.K, g.R)
-    xp = np.zeros(g.padded, gy.dtype)                    # im2col's: its border stays zero
-    dxp = np.empty(g.padded, gy.dtype) if need_x else None   # col2im's (strided)
-    col = g.columns()
-    dwb = np.zeros((g.K, g.R + 1), gy.dtype)
-    part = np.empty_like(dwb)
-    db = None if need_w else gy2.sum(axis=1)
     wide = need_x and (g.sh, g.sw, g.dh, g.dw) == (1, 1, 1, 1)
+    if need_w:
+        xp = np.zeros(g.padded, gy.dtype)                # im2col's: its border stays zero
+        dwb = np.zeros((g.K, g.R + 1), gy.dtype)
+        part = np.empty_like(dwb)
+    if need_w or (need_x and not wide):
+        col = g.columns()
+    if need_x and not wide:
+        dxp = np.empty(g.padded, gy.dtype)               # col2im's
     if wide:
         Hp, Wp = g.padded[2:]
         dMw = np.zeros((g.K, g.per * g.Ho * Wp), gy.dtype)
@@ -257,9 +259,6 @@ def conv2d_backward(gy, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
         elif need_x:
             np.matmul(w2.T, dM, out=col[:g.R, :T])
             _col2im_chunk(col, n0, n1, *g.args(), dxp, dx)      # (the row of ones stays)
-    if need_w:
-        db = dwb[:, g.R].copy()
-        dw = dwb[:, :g.R].reshape(w.shape)
-    else:
-        dw = None
-    return dx, dw, db
+    if not need_w:
+        return dx, None, gy2.sum(axis=1)
+    return dx, dwb[:, :g.R].reshape(w.shape), dwb[:, g.R].copy()
