@@ -55,9 +55,7 @@ def run(call, buf, reduce):
                 keep, give = (lo, mid), (mid, hi)
             k0, k1 = b[keep[0]], b[keep[1]]
             t = tmp[: k1 - k0]
-            rv = call.irecv(t, partner)
-            call.isend(buf[b[give[0]]:b[give[1]]], partner)
-            call.wait(rv)
+            call.exchange(buf[b[give[0]]:b[give[1]]], partner, t, partner)
             reduce(buf[k0:k1], t)
             lo, hi = keep
             mask >>= 1
@@ -67,8 +65,7 @@ def run(call, buf, reduce):
             partner = _fold.real(v ^ mask, rem)
             mine = (v // mask) * mask
             theirs = ((v ^ mask) // mask) * mask
-            rv = call.irecv(buf[b[theirs]:b[theirs + mask]], partner)
-            call.isend(buf[b[mine]:b[mine + mask]], partner)
-            call.wait(rv)
+            call.exchange(buf[b[mine]:b[mine + mask]], partner,
+                          buf[b[theirs]:b[theirs + mask]], partner)
             mask <<= 1
     _fold.fold_out(call, buf, rem)

@@ -41,9 +41,7 @@ def run(call, buf, reduce):
         mask = 1
         while mask < p2:
             partner = _fold.real(v ^ mask, rem)
-            rv = call.irecv(tmp, partner)
-            call.isend(buf, partner)
-            call.wait(rv)
+            call.exchange(buf, partner, tmp, partner)
             call.wait_sends()  # the partner has our copy; buf may change now
             if v < v ^ mask:
                 reduce(buf, tmp)
