@@ -310,12 +310,11 @@ class Call:
         """Send sbuf to dst and receive rbuf from src (checked as by wait); the
         send completes by end() or wait_sends().  One engine call when the
         answer comes within the probe interval, as it does in a healthy run."""
-        if not self.spin:       # the async worker beside a computing caller: the
-            rv = self.irecv(rbuf, src)      # engine's exchange would spin on its core
-            self.isend(sbuf, dst)
-            return self.wait(rv)
+        # the async worker beside a computing caller only posts here (the engine's
+        # wait spins); complete_exchange then waits without spinning
+        wait = self.probe_s if self.spin else 0.0
         try:
-            rq, sq = self.coll._exchange(sbuf, dst, rbuf, src, TAG, self.meta, self.probe_s)
+            rq, sq = self.coll._exchange(sbuf, dst, rbuf, src, TAG, self.meta, wait)
         except CommError as exc:
             self._failed(exc, src)
         return self.complete_exchange(rq, sq, src, rbuf.nbytes)
