@@ -30,23 +30,18 @@ typedef void (*cmrt_combine_fn)(void *dst, const void *src, int64_t n);
 #define CMRT_BOR(a, b) ((a) | (b))
 #define CMRT_BXOR(a, b) ((a) ^ (b))
 
-#define CMRT_PAIR(OPN, T, TN)                                                   \
-    static void cmrt_##OPN##_##TN##_fwd(void *d, const void *s, int64_t n) {    \
+/* one loop: dst[i] = LEFT OP RIGHT, where LEFT and RIGHT name x[i] and y[i] */
+#define CMRT_LOOP(OPN, T, TN, DIR, LEFT, RIGHT)                                 \
+    static void cmrt_##OPN##_##TN##_##DIR(void *d, const void *s, int64_t n) {  \
         T *x = (T *)d;                                                          \
         const T *y = (const T *)s;                                              \
         for (int64_t i = 0; i < n; i++) {                                       \
-            T a = x[i], b = y[i];                                               \
-            x[i] = (T)CMRT_##OPN(a, b);                                         \
-        }                                                                       \
-    }                                                                           \
-    static void cmrt_##OPN##_##TN##_rev(void *d, const void *s, int64_t n) {    \
-        T *x = (T *)d;                                                          \
-        const T *y = (const T *)s;                                              \
-        for (int64_t i = 0; i < n; i++) {                                       \
-            T a = y[i], b = x[i];                                               \
+            T a = LEFT[i], b = RIGHT[i];                                        \
             x[i] = (T)CMRT_##OPN(a, b);                                         \
         }                                                                       \
     }
+
+#define CMRT_PAIR(OPN, T, TN) CMRT_LOOP(OPN, T, TN, fwd, x, y) CMRT_LOOP(OPN, T, TN, rev, y, x)
 
 #define CMRT_ARITH(T, TN) \
     CMRT_PAIR(SUM, T, TN) CMRT_PAIR(PROD, T, TN) CMRT_PAIR(MIN, T, TN) CMRT_PAIR(MAX, T, TN)
