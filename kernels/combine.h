@@ -30,9 +30,18 @@ typedef void (*cmrt_combine_fn)(void *dst, const void *src, int64_t n);
 #define CMRT_BOR(a, b) ((a) | (b))
 #define CMRT_BXOR(a, b) ((a) ^ (b))
 
+/* Each loop is built for AVX-512, AVX2 and the baseline, and the loader picks
+ * the best the CPU has (GCC function multiversioning): the baseline alone is
+ * SSE2, half the width Numba's kernels (compiled for the host) get. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define CMRT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CMRT_CLONES
+#endif
+
 /* one loop: dst[i] = LEFT OP RIGHT, where LEFT and RIGHT name x[i] and y[i] */
 #define CMRT_LOOP(OPN, T, TN, DIR, LEFT, RIGHT)                                 \
-    static void cmrt_##OPN##_##TN##_##DIR(void *d, const void *s, int64_t n) {  \
+    CMRT_CLONES static void cmrt_##OPN##_##TN##_##DIR(void *d, const void *s, int64_t n) {  \
         T *x = (T *)d;                                                          \
         const T *y = (const T *)s;                                              \
         for (int64_t i = 0; i < n; i++) {                                       \
