@@ -113,15 +113,27 @@ class Communicator:
         wait_all([rq, sq], timeout)
         return rq.status
 
-    def _exchange(self, sendbuf, dst, recvbuf, src, tag, meta, wait):
+    def _exchange(self, sendbuf, dst, recvbuf, src, tag, meta, wait, hook=0):
         """(recv, send) Requests of a sendrecv whose receive was waited for up to
-        `wait` seconds (the collectives' pairwise step, in one engine call)."""
+        `wait` seconds (the collectives' pairwise step, in one engine call).
+        hook: the receive combines into recvbuf with this C loop (_irecv_reduce)."""
+        isz = recvbuf.itemsize if hook else 0
         if self._identity and type(dst) is int and type(src) is int and 0 <= dst < self.size \
                 and 0 <= src < self.size:
-            return self._engine.exchange(sendbuf, dst, recvbuf, src, self._ctx, tag, meta, wait)
+            return self._engine.exchange(sendbuf, dst, recvbuf, src, self._ctx, tag, meta, wait,
+                                         None, hook, isz)
         return self._engine.exchange(sendbuf, self._peer(dst, "dst"), recvbuf,
                                      self._peer(src, "src"), self._ctx, tag, meta, wait,
-                                     self._rank_of)
+                                     self._rank_of, hook, isz)
+
+    def _irecv_reduce(self, buf, src, tag, meta, hook):
+        """A receive that combines the message into buf as it lands, with the C loop
+        at address hook (transport Engine.irecv_reduce), instead of copying it:
+        the collectives' reduction without a scratch buffer.  Only a message
+        with this meta and exactly buf's size is combined; any other completes
+        the request with buf untouched and its own meta and size in the status."""
+        return self._engine.irecv_reduce(buf, self._peer(src, "src"), self._ctx, tag, meta, hook,
+                                         buf.itemsize, self._rank_of)
 
     def _exchange_chain(self, steps, tmp, count, tag):
         """A persistent chain of exchanges on this context (the collectives' repeated

@@ -120,6 +120,7 @@ def _reducer(comm, op, dtype):
 
 
 def _make_reducer(comm, st, op, dtype):
+    from commrt.kernels import combine_address
     from commrt.kernels.reduce import check_op_dtype, reduce_into, reduce_into_many
 
     op = ReduceOp.parse(op)
@@ -137,6 +138,10 @@ def _make_reducer(comm, st, op, dtype):
 
     def reduce_many(dst, srcs):
         reduce_into_many(dst, srcs, kop, parallel=parallel)
+    # the same reduction as a C loop (dst = dst OP src), for receives that combine
+    # as the data lands (Call.irecv_reduce); 0 where there is none (float16,
+    # bool, complex, logical ops): the algorithms then receive and reduce
+    reduce.hook = combine_address(kop, dtype)
     return op, reduce, reduce_many
 
 

@@ -292,6 +292,12 @@ class Call:
     def irecv(self, buf, src):
         return Recv(self.coll.irecv(buf, src, TAG), src, buf.nbytes)
 
+    def irecv_reduce(self, buf, src, hook):
+        """Receive into buf combining (buf = buf OP message) as the data lands, with
+        the C loop at address hook (``reduce.hook``); checked by wait like any
+        receive, and buf is untouched unless the message is the one expected."""
+        return Recv(self.coll._irecv_reduce(buf, src, TAG, self.meta, hook), src, buf.nbytes)
+
     def recv(self, buf, src):
         self.wait(self.irecv(buf, src))
 
@@ -306,15 +312,16 @@ class Call:
             self._mismatch(rv.src, st.meta, st.nbytes, rv.nbytes)
         return st
 
-    def exchange(self, sbuf, dst, rbuf, src):
+    def exchange(self, sbuf, dst, rbuf, src, hook=0):
         """Send sbuf to dst and receive rbuf from src (checked as by wait); the
         send completes by end() or wait_sends().  One engine call when the
-        answer comes within the probe interval, as it does in a healthy run."""
+        answer comes within the probe interval, as it does in a healthy run.
+        hook: combine the message into rbuf instead (as irecv_reduce)."""
         # the async worker beside a computing caller only posts here (the engine's
         # wait spins); complete_exchange then waits without spinning
         wait = self.probe_s if self.spin else 0.0
         try:
-            rq, sq = self.coll._exchange(sbuf, dst, rbuf, src, TAG, self.meta, wait)
+            rq, sq = self.coll._exchange(sbuf, dst, rbuf, src, TAG, self.meta, wait, hook)
         except CommError as exc:
             self._failed(exc, src)
         return self.complete_exchange(rq, sq, src, rbuf.nbytes)

@@ -188,7 +188,9 @@ cdef class Engine:
         self.E.rank = rank
         self.E.size = size
         self.E.eager_limit = eager_limit
-        self.E.chunk = chunk
+        # whole 64-byte multiples: a reduce-receive combines each chunk as it lands,
+        # so a chunk must never split an element (every dtype's size divides 64)
+        self.E.chunk = max(<uint64_t>64, chunk & ~(<uint64_t>63))
         self.E.cma_min = cma_min_bytes
         self.E.spin_ns = <int64_t>(spin_us * 1000.0)
         self.E.spin_min_ns = self.E.spin_ns
@@ -382,6 +384,41 @@ cdef class Engine:
         self._post(q, True)
         return q
 
+    def irecv_reduce(self, buf, int src, uint32_t ctx, int tag, uint64_t meta, size_t hook,
+                     int itemsize, rank_of=None):
+        """Post a reduce-receive from src; returns a Request.
+
+        Instead of copying the message into buf, the transport combines it
+        in: hook(buf + off, piece, n) for each piece as it lands (a ring
+        chunk, a CMA piece in a bounce buffer, a TCP read), hook being the
+        address of a C function void f(void *dst, const void *src, int64_t n)
+        over n elements of `itemsize` bytes.  Only the expected message is
+        combined: meta equal to `meta` and exactly len(buf) bytes.  Any other
+        completes the request leaving buf untouched; its status then shows
+        the meta and size that came, for the caller to report."""
+        self._check_rank(src, "src")
+        if tag < 0:
+            raise ValueError(f"tag must be >= 0, got {tag}")
+        q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
+        self._arm_reduce(q, meta, hook, itemsize)
+        self._post(q, True)
+        return q
+
+    cdef int _arm_reduce(self, Request q, uint64_t meta, size_t hook, int itemsize) except -1:
+        if hook == 0 or itemsize <= 0 or itemsize > 64 or 64 % itemsize:
+            raise ValueError(f"reduce-receive needs a combine function and an element size "
+                             f"dividing 64, got hook={hook:#x}, itemsize={itemsize}")
+        if q.keep is not None:
+            raise ValueError("reduce-receive needs a host buffer (a GPU buffer would be "
+                             "staged, and the combine would miss its contents)")
+        if q.r.cap % <uint64_t>itemsize:
+            raise ValueError(f"reduce-receive buffer of {q.r.cap} B is not a whole number of "
+                             f"{itemsize}-byte elements")
+        q.r.hook = <combine_fn>hook
+        q.r.itemsize = itemsize
+        q.r.want_meta = meta
+        return 0
+
     def send(self, buf, int dst, uint32_t ctx=0, int tag=0, uint64_t meta=0, timeout=None):
         """Blocking send: returns when buf may be reused."""
         self._check_rank(dst, "dst")
@@ -406,9 +443,11 @@ cdef class Engine:
         return q._finish()
 
     def exchange(self, sendbuf, int dst, recvbuf, int src, uint32_t ctx, int tag, uint64_t meta,
-                 double wait, rank_of=None):
+                 double wait, rank_of=None, size_t hook=0, int itemsize=0):
         """Post a receive from src, then a send to dst, and wait for the receive
         up to `wait` seconds (spinning, then sleeping) -> (recv, send) Requests.
+        With a hook the receive is a reduce-receive (irecv_reduce) expecting
+        the send's meta.
 
         The building block of sendrecv and of every pairwise exchange in the
         collectives: one call instead of four (irecv, isend, two waits), and
@@ -420,6 +459,8 @@ cdef class Engine:
         if tag < 0:
             raise ValueError(f"tag must be >= 0, got {tag}")
         rq = self._new(K_RECV, recvbuf, src, ctx, tag, 0, rank_of)
+        if hook:
+            self._arm_reduce(rq, meta, hook, itemsize)
         sq = self._new(K_SEND, sendbuf, dst, ctx, tag, meta, rank_of)
         self._post(rq, False)
         self._post(sq, False)
@@ -689,6 +730,8 @@ cdef class Engine:
         pthread_cond_destroy(&E.done_cond)
         pthread_cond_destroy(&E.pt_cond)
         pthread_mutex_destroy(&E.lock)
+        if E.cbuf != NULL:
+            free(E.cbuf)
         free(E.peers)
         free(E)
         self.E = NULL

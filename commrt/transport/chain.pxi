@@ -25,8 +25,6 @@
 # Requests of a chain are marked persistent: completing them does not put
 # them on the engine's completion list (they are reused, never swept).
 
-ctypedef void (*combine_fn)(void *dst, const void *src, int64_t n) noexcept nogil
-
 cdef enum:
     CH_DONE = 0         # every step clean
     CH_STOP = 1         # step *at is not clean

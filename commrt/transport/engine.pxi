@@ -55,6 +55,7 @@ cdef struct eng_t:
     uint64_t eager_limit
     uint64_t chunk
     uint64_t cma_min    # smallest shared-memory message copied with process_vm_readv
+    char *cbuf          # bounce buffer of reduce-receives over CMA (CMA_PIECE bytes, lazy)
     int64_t spin_ns     # current spin budget of a waiter (adapts, see block())
     int64_t spin_min_ns
     int64_t spin_max_ns
@@ -150,17 +151,29 @@ cdef void send_ctrl(eng_t *E, peer_t *p, int opcode, uint32_t ctx, uint64_t cook
 cdef void start_rendezvous(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     """Receive r matched an RTS: copy directly (CMA) or ask for the data (CTS)."""
     cdef int rc
+    cdef uint64_t done = 0
     set_status(r, h)
+    if r.hook != NULL and not combine_ok(r, h):
+        complete(E, r, E_NONE)              # not the message expected: buf untouched
+        send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 1)
+        return
     if h.nbytes > r.cap:
         r.err_a = h.nbytes
         fail(E, r, E_TRUNC, h.src)
         send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 1)     # sender may reuse its buffer
         return
     if p.kind == P_SHM and p.cma_ok and h.nbytes >= E.cma_min:
-        rc = cma_copy(p, r.buf, h.addr, h.nbytes)
+        if r.hook != NULL:
+            rc = cma_combine(E, p, r, h.addr, h.nbytes, &done)
+        else:
+            rc = cma_copy(p, r.buf, h.addr, h.nbytes)
         if rc == 0:
             complete(E, r, E_NONE)
             send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 0)
+            return
+        if done:                            # part combined: cannot start over by streaming
+            fail(E, r, E_PEER_LOST, h.src)
+            send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 1)
             return
         p.cma_ok = False                    # not permitted here: two copies from now on
     r.state = S_ACTIVE
@@ -214,7 +227,13 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         if r == NULL or h.addr + h.nbytes > r.nbytes:
             peer_lost(E, p, E_PEER_LOST, b"protocol error: DATA for no active receive")
             return
-        memcpy(r.buf + h.addr, payload, h.nbytes)
+        if r.hook != NULL:
+            if h.addr % r.itemsize or h.nbytes % r.itemsize:
+                peer_lost(E, p, E_PEER_LOST, b"protocol error: DATA chunk splits an element")
+                return
+            r.hook(r.buf + h.addr, payload, <int64_t>(h.nbytes // r.itemsize))
+        else:
+            memcpy(r.buf + h.addr, payload, h.nbytes)
         r.moved += h.nbytes
         if r.moved >= r.nbytes:
             dlist_remove(&p.rxact_head, r)

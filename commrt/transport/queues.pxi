@@ -162,9 +162,20 @@ cdef inline void set_status(req_t *r, hdr_t *h) noexcept nogil:
     r.meta = h.meta
 
 
+cdef inline bint combine_ok(req_t *r, hdr_t *h) noexcept nogil:
+    """A reduce-receive takes only the message it expects: its fingerprint, its size.
+    Anything else completes it with buf untouched (the caller reads the status)."""
+    return h.meta == r.want_meta and h.nbytes == r.cap
+
+
 cdef void deliver(eng_t *E, req_t *r, hdr_t *h, const char *payload) noexcept nogil:
     """Complete receive r with an eager message whose payload is in memory."""
     set_status(r, h)
+    if r.hook != NULL:
+        if combine_ok(r, h) and h.nbytes:
+            r.hook(r.buf, payload, <int64_t>(h.nbytes // r.itemsize))
+        complete(E, r, E_NONE)
+        return
     if h.nbytes > r.cap:
         r.err_a = h.nbytes
         fail(E, r, E_TRUNC, h.src)

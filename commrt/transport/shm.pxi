@@ -17,6 +17,11 @@
 # receiver copies straight into the posted buffer with process_vm_readv and
 # answers FIN.  Where that is not permitted, the receiver answers CTS and the
 # sender streams DATA chunks through the ring (two copies, pipelined).
+#
+# A reduce-receive (req_t.hook) combines instead of copying: a DATA chunk
+# straight from the ring, a CMA message a piece at a time through a bounce
+# buffer that stays in cache (cma_combine), so the received bytes are read
+# once, on their way in, and never written to memory and read back.
 
 cdef enum:
     CTL_PAGE = 4096
@@ -28,6 +33,7 @@ cdef enum:
     OFF_TAIL0 = 320
     OFF_HEAD1 = 384
     OFF_TAIL1 = 448
+    CMA_PIECE = 262144      # a reduce-receive reads a CMA message in pieces this size
 
 
 cdef inline uint64_t rec_len(uint64_t plen) noexcept nogil:
@@ -166,6 +172,31 @@ cdef int cma_copy(peer_t *p, char *dst, uint64_t addr, uint64_t n) noexcept nogi
         if got == 0:
             return EFAULT
         done += <uint64_t>got
+    return 0
+
+
+cdef int cma_combine(eng_t *E, peer_t *p, req_t *r, uint64_t addr, uint64_t n,
+                     uint64_t *done) noexcept nogil:
+    """Combine n bytes of the peer's memory at addr into r.buf: read a piece into
+    the engine's bounce buffer, combine it, go on.  0 on success, else errno;
+    *done says how many bytes were combined (a failure after the first piece
+    cannot fall back to streaming: those bytes are already in)."""
+    cdef uint64_t step
+    cdef int rc
+    done[0] = 0
+    if E.cbuf == NULL:
+        E.cbuf = <char *>malloc(CMA_PIECE)
+        if E.cbuf == NULL:
+            return ENOMEM
+    while done[0] < n:
+        step = n - done[0]
+        if step > CMA_PIECE:
+            step = CMA_PIECE
+        rc = cma_copy(p, E.cbuf, addr + done[0], step)
+        if rc:
+            return rc
+        r.hook(r.buf + done[0], E.cbuf, <int64_t>(step // r.itemsize))
+        done[0] += step
     return 0
 
 

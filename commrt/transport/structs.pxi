@@ -64,6 +64,10 @@ cdef enum:
     EV_KICK = 4
     EV_IO = 5
 
+# A reduce-receive's combine step: dst[i] = dst[i] OP src[i] for n elements
+# (any C function of this shape; the transport does not know what it computes).
+ctypedef void (*combine_fn)(void *dst, const void *src, int64_t n) noexcept nogil
+
 cdef struct hdr_t:
     uint32_t magic
     uint8_t version
@@ -102,6 +106,13 @@ cdef struct req_t:
     void *pyobj         # the Request object that owns this struct
     bint user_visible   # completion should wake the progress thread's waiters
     bint persistent     # owned by an ExchangeChain: not put on the completion list
+    # reduce-receive (recv only): the payload is combined into buf by hook, in
+    # pieces of whole elements, instead of copied -- and only when it is the
+    # message expected (meta == want_meta, nbytes == cap); any other leaves buf
+    # untouched and completes with its own meta and size in the status
+    combine_fn hook
+    uint32_t itemsize
+    uint64_t want_meta
 
 cdef struct umsg_t:     # an unexpected message: eager payload, or an RTS
     hdr_t h
@@ -157,6 +168,8 @@ cdef struct peer_t:
     char *rx_dst        # where the payload goes (NULL: discard)
     uint64_t rx_left
     req_t *rx_req       # request completed by this payload
+    combine_fn rx_hook  # combine the payload into rx_dst instead of copying (reduce-receive)
+    uint32_t rx_isz     # its element size: pieces are combined in whole elements
     umsg_t *rx_umsg     # or unexpected message filled by it
     char abort_text[256]
     # --- queues

@@ -80,13 +80,23 @@ cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
     p.rx_dst = NULL
     p.rx_req = NULL
     p.rx_umsg = NULL
+    p.rx_hook = NULL
     p.rx_left = payload_len(h)
     if h.opcode == OP_EAGER:
         count_recv(p, h)
         r = match_posted(E, h.ctx, h.src, h.tag)
         if r != NULL:
             set_status(r, h)
-            if h.nbytes > r.cap:
+            if r.hook != NULL:
+                if combine_ok(r, h):
+                    r.state = S_ACTIVE
+                    p.rx_req = r
+                    p.rx_dst = r.buf
+                    p.rx_hook = r.hook
+                    p.rx_isz = r.itemsize
+                else:
+                    complete(E, r, E_NONE)          # not the message expected: dropped
+            elif h.nbytes > r.cap:
                 r.err_a = h.nbytes
                 fail(E, r, E_TRUNC, h.src)          # payload is read and dropped
             else:
@@ -109,6 +119,12 @@ cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
             return False
         p.rx_req = r
         p.rx_dst = r.buf + h.addr
+        if r.hook != NULL:
+            if h.addr % r.itemsize or h.nbytes % r.itemsize:
+                peer_lost(E, p, E_PEER_LOST, b"protocol error: DATA splits an element")
+                return False
+            p.rx_hook = r.hook
+            p.rx_isz = r.itemsize
     elif h.opcode == OP_ABORT:
         p.abort_text[0] = 0
         p.rx_dst = p.abort_text if p.rx_left < 255 else NULL
@@ -129,6 +145,7 @@ cdef void tcp_end(eng_t *E, peer_t *p) noexcept nogil:
     p.rx_stage = 0
     p.rx_req = NULL
     p.rx_umsg = NULL
+    p.rx_hook = NULL
     if h.opcode == OP_EAGER:
         if r != NULL:
             complete(E, r, E_NONE)
@@ -164,15 +181,23 @@ cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
         else:
             if have > 0:
                 take = have if have < p.rx_left else p.rx_left
-                if p.rx_dst != NULL:
+                if p.rx_hook != NULL:
+                    # combine whole elements only; a split one waits for its rest
+                    # (it sits at the staging buffer's end, so the refill keeps it)
+                    take -= take % p.rx_isz
+                    if take:
+                        p.rx_hook(p.rx_dst, p.rxbuf + p.rx_pos, <int64_t>(take // p.rx_isz))
+                        p.rx_dst += take
+                elif p.rx_dst != NULL:
                     memcpy(p.rx_dst, p.rxbuf + p.rx_pos, take)
                     p.rx_dst += take
-                p.rx_pos += take
-                p.rx_left -= take
-                if p.rx_left == 0:
-                    tcp_end(E, p)
-                continue
-            if p.rx_dst != NULL and p.rx_left >= RXBUF_BYTES // 2:
+                if take:
+                    p.rx_pos += take
+                    p.rx_left -= take
+                    if p.rx_left == 0:
+                        tcp_end(E, p)
+                    continue
+            if p.rx_dst != NULL and p.rx_hook == NULL and p.rx_left >= RXBUF_BYTES // 2:
                 # large payload: read straight into its destination
                 if drained:
                     return

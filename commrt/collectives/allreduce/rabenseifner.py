@@ -5,7 +5,9 @@ buffer; non-powers of two fold first, see _fold):
   1. halving, mask = p'/2 ... 1: virtual rank v keeps the lower half of its
      current block range if v & mask is 0, else the upper half; it sends
      the other half to v XOR mask and reduces the partner's copy of the
-     half it keeps.  After log2(p') steps v owns block v, fully reduced.
+     half it keeps (combined in place as it lands where the reduction has
+     a C loop, else received into scratch and reduced).  After log2(p')
+     steps v owns block v, fully reduced.
   2. doubling, mask = 1 ... p'/2: exchange the blocks owned so far with
      v XOR mask (straight into the buffer); the owned range doubles.
 Each block is reduced by one rank only, so all ranks end bitwise equal.
@@ -43,7 +45,9 @@ def run(call, buf, reduce):
     v = _fold.fold_in(call, buf, reduce, rem)
     if v >= 0:
         b = bounds(buf.size, p2)
-        tmp = call.state.scratch("rab", b[p2 // 2], buf.dtype)  # the largest half kept
+        hook = getattr(reduce, "hook", 0)
+        # without a C loop: receive the half kept into scratch, then reduce
+        tmp = None if hook else call.state.scratch("rab", b[p2 // 2], buf.dtype)
         lo, hi = 0, p2
         mask = p2 >> 1
         while mask:
@@ -54,9 +58,12 @@ def run(call, buf, reduce):
             else:
                 keep, give = (lo, mid), (mid, hi)
             k0, k1 = b[keep[0]], b[keep[1]]
-            t = tmp[: k1 - k0]
-            call.exchange(buf[b[give[0]]:b[give[1]]], partner, t, partner)
-            reduce(buf[k0:k1], t)
+            if hook:
+                call.exchange(buf[b[give[0]]:b[give[1]]], partner, buf[k0:k1], partner, hook)
+            else:
+                t = tmp[: k1 - k0]
+                call.exchange(buf[b[give[0]]:b[give[1]]], partner, t, partner)
+                reduce(buf[k0:k1], t)
             lo, hi = keep
             mask >>= 1
         call.wait_sends()  # the doubling writes into blocks we sent from

@@ -6,9 +6,12 @@ left = r-1, all mod N):
      right and receives chunk r-s-1 from the left, reducing it into its own.
      Each chunk travels in segments (COMMRT_RING_SEGMENT_BYTES): as soon as
      a segment arrives it is reduced and sent on, so reducing one segment
-     overlaps moving the next.  Segments land in a few segment-sized
-     receive slots (SLOTS) that stay in cache; a slot takes the next
-     receive, whatever its step, as soon as it has been reduced from.
+     overlaps moving the next.  Where the reduction has a C loop
+     (reduce.hook) every receive is a reduce-receive posted up front: the
+     transport combines each piece into the buffer as it lands, so received
+     bytes are never stored and read back.  Otherwise segments land in a
+     few segment-sized receive slots (SLOTS) that stay in cache; a slot
+     takes the next receive, whatever its step, once it has been reduced from.
   2. rank r now holds chunk r+1 fully reduced.
   3. all-gather, N-1 steps: rank r sends chunk r+1-s, receives chunk r-s
      straight into its buffer, and forwards each segment as it lands.
@@ -52,6 +55,10 @@ def reduce_scatter(call, buf, reduce):
     # every segment that will arrive from the left, in the order it is sent: (step, lo, hi)
     incoming = [(s, lo, hi) for s in range(n_ranks - 1)
                 for lo, hi in segments(b[(r - s - 1) % n_ranks], b[(r - s - 1) % n_ranks + 1], seg)]
+    hook = getattr(reduce, "hook", 0)
+    if hook:
+        _reduce_scatter_in_place(call, buf, b, seg, incoming, hook, right, left)
+        return b
     width = max(hi - lo for _, lo, hi in incoming)
     slots = [call.state.scratch(f"ring{k}", width, buf.dtype)
              for k in range(min(SLOTS, len(incoming)))]
@@ -77,6 +84,21 @@ def reduce_scatter(call, buf, reduce):
             post(nxt)
             nxt += 1
     return b
+
+
+def _reduce_scatter_in_place(call, buf, b, seg, incoming, hook, right, left):
+    """Step 1 with reduce-receives: each incoming segment is combined into its
+    place in buf by the transport, so all can be posted at once (a chunk is
+    received once and sent only after it was reduced: no receive overlaps a
+    send); then each is forwarded as it completes."""
+    n_ranks, r = call.size, call.rank
+    posted = [(s, lo, hi, call.irecv_reduce(buf[lo:hi], left, hook)) for s, lo, hi in incoming]
+    for lo, hi in segments(b[r], b[r + 1], seg):
+        call.isend(buf[lo:hi], right)
+    for s, lo, hi, rv in posted:
+        call.wait(rv)
+        if s < n_ranks - 2:
+            call.isend(buf[lo:hi], right)
 
 
 def run(call, buf, reduce):

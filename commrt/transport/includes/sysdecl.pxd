@@ -23,6 +23,7 @@ cdef extern from "<errno.h>" nogil:
         EFAULT
         ESRCH
         EINVAL
+        ENOMEM
 
 cdef extern from "<sys/epoll.h>" nogil:
     enum:

@@ -1,0 +1,51 @@
+"""Reduce-receives (Engine.irecv_reduce): the message is combined into the
+buffer as it lands -- eager, streamed through the ring, read with
+process_vm_readv, over TCP in reads that split elements, unexpected, to
+self -- and a message other than the one expected leaves the buffer untouched
+and the channel in step."""
+import pytest
+
+import reduce_ranks as R
+from commrt.testing import World
+
+# shm: eager (<= 16 KiB), streamed through the ring, and read by CMA (forced down to 64 KiB)
+PATHS = {"shm": {}, "shm-cma": {"COMMRT_CMA_MIN_BYTES": "65536"}, "tcp": {}}
+
+
+@pytest.fixture(scope="module", params=list(PATHS))
+def world(request):
+    transport = "tcp" if request.param == "tcp" else "shm"
+    with World(2, transport=transport, env=PATHS[request.param], timeout=120) as w:
+        yield w
+
+
+@pytest.mark.parametrize("skew", [False, True], ids=["posted", "skewed"])
+@pytest.mark.parametrize("n,dtype,op", [(1, "float64", "sum"), (1001, "int16", "bxor"),
+                                         (70001, "float32", "min"), (600_000, "float64", "sum")])
+def test_combines_in_place(world, n, dtype, op, skew):
+    for ok, meta, nbytes in world.run(R.pairwise, n, dtype, op, skew):
+        assert ok and meta == R.META, (ok, meta)
+        assert nbytes == n * {"float64": 8, "int16": 2, "float32": 4}[dtype]
+
+
+def test_to_self(world):
+    assert world.run(R.to_self, 5000) == [True, True]
+
+
+@pytest.mark.parametrize("n", [3, 100_000])
+@pytest.mark.parametrize("what", ["meta", "short", "long"])
+def test_unexpected_message_leaves_buffer_untouched(world, what, n):
+    _, (untouched, meta, nbytes, summed, meta2, nbytes2) = world.run(R.mismatch, n, what)
+    assert untouched, "a message that was not the one expected changed the buffer"
+    want = {"meta": (R.META + 1, 8 * n), "short": (R.META, 8 * (n - 1)),
+            "long": (R.META, 8 * (n + 3))}[what]
+    assert (meta, nbytes) == want
+    assert summed and (meta2, nbytes2) == (R.META, 8 * n), "the channel lost its step"
+
+
+def test_bad_arguments_are_refused():
+    with World(1) as w:
+        out, = w.run(R.bad_arguments)
+    assert "combine function" in out["no hook"] and "combine function" in out["itemsize 3"]
+    assert "whole number" in out["split element"]
+    assert out["read-only"] is not None
