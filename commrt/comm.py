@@ -135,13 +135,15 @@ class Communicator:
         return self._engine.irecv_reduce(buf, self._peer(src, "src"), self._ctx, tag, meta, hook,
                                          buf.itemsize, self._rank_of)
 
-    def _exchange_chain(self, steps, tmp, count, tag):
+    def _exchange_chain(self, steps, tmp, count, tag, nbytes=-1, itemsize=0):
         """A persistent chain of exchanges on this context (the collectives' repeated
         pairwise steps; transport/chain.pxi): steps are (dst, src, hook address),
-        tmp the receive buffer, count the hook's element count."""
-        steps = [(self._peer(dst, "dst"), self._peer(src, "src"), hook)
-                 for dst, src, hook in steps]
-        return self._engine.exchange_chain(steps, tmp, count, self._ctx, tag, self._rank_of)
+        tmp the receive buffer, count the hook's element count; or ranged steps
+        (dst, src, s_off, s_len, r_off, r_len, rhook) within an nbytes buffer."""
+        steps = [(self._peer(st[0], "dst"), self._peer(st[1], "src")) + tuple(st[2:])
+                 for st in steps]
+        return self._engine.exchange_chain(steps, tmp, count, self._ctx, tag, self._rank_of,
+                                           nbytes, itemsize)
 
     def send_obj(self, obj, dst, tag=0, *, timeout=None):
         """Send a picklable object (peers are authenticated, so unpickling is safe)."""

@@ -235,6 +235,8 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
         algorithm = _cost.choose_allreduce(comm, flat.nbytes)
         if algorithm == "recursive_doubling" and key is not None:
             _small.prepare(comm, state_of(comm), buf, key, op)
+        elif algorithm == "rabenseifner" and key is not None:
+            _small.prepare_rabenseifner(comm, state_of(comm), buf, key, op, red.hook)
     mod = _allreduce.module(algorithm)
     call = Call(comm, "all_reduce", count=flat.size, dtype=flat.dtype, op=op, algo=algorithm,
                 timeout=timeout)

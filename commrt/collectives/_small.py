@@ -16,6 +16,13 @@ step by step, posts the receive, sends, waits, checks and combines, and
 allocates nothing.  Float16 has no C loop: its chain runs one step at a
 time and a NumPy ufunc combines (``commrt.kernels.reduce.binary_ufunc``).
 
+A larger all-reduce that the cost model sends to Rabenseifner gets a plan
+too, on a power-of-two world when the reduction has a C loop (RangedPlan):
+its halving and doubling steps are ranged chain steps over the buffer itself
+(``allreduce/rabenseifner.schedule``), each halving receive a
+reduce-receive, so the whole call is again one C call with no scratch, and
+its messages are exactly the general path's.
+
 The barrier gets the same treatment (its plan: the dissemination rounds).
 The messages, fingerprints and operand order are exactly those of
 ``allreduce/recursive_doubling.py`` for a power-of-two world and of
@@ -42,6 +49,7 @@ class Plan:
     the kernels' C loop after each step, so one chain run is the whole call."""
     __slots__ = ("kind", "algo", "base", "count", "nbytes", "dtype", "op", "tmp", "steps",
                  "nsteps", "chain", "fused", "combine", "wait", "avg")
+    ranged = False
 
     def __init__(self, comm, st, kind, algo, buf, op, kernel, ufunc, avg, steps):
         self.kind, self.algo = kind, algo
@@ -70,6 +78,31 @@ class Plan:
                 self.combine = lambda b, t, first: _combine(ufunc, b, t, first)
         self.chain = comm._coll._exchange_chain(
             [(dst, src, h) for (dst, src, _), h in zip(steps, hooks)], self.tmp, self.count, TAG)
+        self.wait = min(st.probe_s, st.timeout)
+        self.avg = avg
+
+
+class RangedPlan:
+    """A prepared Rabenseifner all-reduce: ranged chain steps over the in/out
+    buffer (see the module text); the chain lets go of the buffer after each
+    call, so a large buffer is not kept alive by the plan."""
+    __slots__ = ("kind", "algo", "base", "count", "nbytes", "dtype", "op", "steps", "nsteps",
+                 "chain", "fused", "wait", "avg", "hook")
+    ranged = True
+
+    def __init__(self, comm, st, buf, op, hook, avg, steps):
+        self.kind, self.algo = "all_reduce", "rabenseifner"
+        self.count, self.nbytes, self.dtype, self.op = buf.size, buf.nbytes, buf.dtype, op
+        self.base = pack(0, KIND_CODE["all_reduce"], ALGO_CODE["rabenseifner"], buf.size,
+                         DTYPE_CODE[buf.dtype], op.value, 0)
+        self.steps = steps
+        self.nsteps = len(steps)
+        self.hook = hook
+        isz = buf.itemsize
+        self.chain = comm._coll._exchange_chain(
+            [(p, p, s0 * isz, (s1 - s0) * isz, r0 * isz, (r1 - r0) * isz, hook if red else 0)
+             for p, s0, s1, r0, r1, red in steps], None, 0, TAG, buf.nbytes, isz)
+        self.fused = True
         self.wait = min(st.probe_s, st.timeout)
         self.avg = avg
 
@@ -107,6 +140,19 @@ def prepare(comm, st, buf, key, op):
     _keep(st, key, Plan(comm, st, "all_reduce", ALGO, buf, op, kernel, ufunc, avg, steps))
 
 
+def prepare_rabenseifner(comm, st, buf, key, op, hook):
+    """Remember a RangedPlan for all-reduces like this one, where it applies."""
+    from commrt.collectives.allreduce.rabenseifner import schedule
+
+    n = comm.size
+    if n < 2 or n & (n - 1) or not hook or buf.dtype not in DTYPE_CODE:
+        return
+    if not (buf.flags.c_contiguous and buf.flags.writeable):
+        return
+    steps = schedule(n, comm.rank, buf.size)
+    _keep(st, key, RangedPlan(comm, st, buf, op, hook, op.name == "AVG", steps))
+
+
 def prepare_barrier(comm, st):
     """The dissemination barrier's Plan (algorithms/barrier.py): round k sends an
     empty message to r + 2^k and receives one from r - 2^k."""
@@ -138,6 +184,8 @@ def run(comm, st, buf, plan):
     if plan.fused:
         i = plan.chain.run(buf, meta, plan.wait)
         if i == plan.nsteps:                # the whole call, in one C call
+            if plan.ranged:
+                plan.chain.release()
             if plan.avg:
                 _average(buf, comm.size)
             return buf
@@ -159,7 +207,34 @@ def run(comm, st, buf, plan):
             if plan.avg:
                 _average(buf, comm.size)
             return buf
+    if plan.ranged:
+        return _resume_ranged(comm, buf, plan, seq, i)
     return _resume(comm, buf, plan, seq, i)
+
+
+def _resume_ranged(comm, buf, plan, seq, i):
+    """_resume for a RangedPlan: the handed-over step, then the rest as the
+    general path runs them (Call.exchange, combining as the data lands)."""
+    rq, sq = plan.chain.handover()
+    plan.chain.release()
+    call = Call(comm, plan.kind, count=plan.count, dtype=plan.dtype, op=plan.op,
+                algo=plan.algo, seq=seq)
+    call.start()
+    flat = buf.reshape(-1)
+    isz = flat.itemsize
+    try:
+        partner, _, _, r0, r1, _ = plan.steps[i]
+        call.complete_exchange(rq, sq, partner, (r1 - r0) * isz)
+        call.wait_sends()                   # each step's send ends before the next step
+        for partner, s0, s1, r0, r1, red in plan.steps[i + 1:]:
+            call.exchange(flat[s0:s1], partner, flat[r0:r1], partner, plan.hook if red else 0)
+            call.wait_sends()
+        call.end()
+    finally:
+        call.state.current = None
+    if plan.avg:
+        _average(buf, comm.size)
+    return buf
 
 
 def _resume(comm, buf, plan, seq, i):

@@ -468,14 +468,19 @@ cdef class Engine:
         self._block_until(rq, now_ns() + <int64_t>(wait * 1e9), True)
         return rq, sq
 
-    def exchange_chain(self, steps, tmp, int64_t count, uint32_t ctx, int tag, rank_of=None):
+    def exchange_chain(self, steps, tmp, int64_t count, uint32_t ctx, int tag, rank_of=None,
+                       int64_t nbytes=-1, int itemsize=0):
         """Bind a chain of exchanges once -> ExchangeChain (chain.pxi).
 
         steps: (dst, src, hook) per step: send the in/out buffer to dst,
         receive tmp from src, then call the C function at address hook (0:
-        none) as hook(in/out, tmp, count).  Every run posts each receive
-        before its send, as exchange() does."""
-        return make_chain(self, steps, tmp, count, ctx, tag, rank_of)
+        none) as hook(in/out, tmp, count).  Or ranged steps (dst, src,
+        s_off, s_len, r_off, r_len, rhook): send bytes [s_off, s_off+s_len)
+        of the in/out buffer (nbytes long) and receive into [r_off,
+        r_off+r_len) of it, combining as it lands with the C loop rhook over
+        `itemsize`-byte elements when rhook is not 0 (irecv_reduce).  Every
+        run posts each receive before its send, as exchange() does."""
+        return make_chain(self, steps, tmp, count, ctx, tag, rank_of, nbytes, itemsize)
 
     # ------------------------------------------------------------ waiting
     cdef int _wait(self, Request q, object timeout, bint spin=True) except -1:

@@ -24,6 +24,13 @@
 #
 # Requests of a chain are marked persistent: completing them does not put
 # them on the engine's completion list (they are reused, never swept).
+#
+# Ranged steps (a large all-reduce's halving and doubling) instead send a
+# byte range of the in/out buffer and receive into another range of it,
+# as a reduce-receive (the transport combines as the data lands, see
+# req_t.hook) when the step has an rhook.  Each step's send has completed
+# before the next step posts, so a later step may receive into a range an
+# earlier one sent from.  A chain of only ranged steps needs no tmp.
 
 cdef enum:
     CH_DONE = 0         # every step clean
@@ -34,9 +41,15 @@ cdef enum:
 cdef struct step_t:
     int dst
     int src
-    combine_fn hook
+    combine_fn hook     # after the step: hook(in/out, tmp, count) (whole-buffer steps)
     req_t *rq
     req_t *sq
+    bint ranged         # send in/out[s_off, +s_len), receive into in/out[r_off, +r_len)
+    uint64_t s_off
+    uint64_t s_len
+    uint64_t r_off
+    uint64_t r_len
+    combine_fn rhook    # ranged: the receive combines with this loop (NULL: copies)
 
 
 cdef inline void reset_req(req_t *r, uint64_t meta) noexcept nogil:
@@ -68,6 +81,7 @@ cdef int chain_go(eng_t *E, step_t *steps, int *at, int last, uint64_t meta, uin
         sq = s.sq
         if not posted:
             reset_req(rq, 0)
+            rq.want_meta = meta
             reset_req(sq, meta)
             pthread_mutex_lock(&E.lock)
             post_recv(E, rq)
@@ -82,7 +96,8 @@ cdef int chain_go(eng_t *E, step_t *steps, int *at, int last, uint64_t meta, uin
                                                   and not block(E, sq, slice_end, True)):
             at[0] = i
             return CH_SLICE if now_ns() < deadline[0] else CH_STOP
-        if rq.state != S_DONE or sq.state != S_DONE or rq.meta != meta or rq.nbytes != nbytes:
+        if rq.state != S_DONE or sq.state != S_DONE or rq.meta != meta \
+                or rq.nbytes != (s.r_len if s.ranged else nbytes):
             at[0] = i
             return CH_STOP
         if s.hook != NULL:
@@ -118,6 +133,7 @@ cdef class ExchangeChain:
     cdef int tag
     cdef object rank_of
     cdef object detached        # (recv, send) Requests of the step the last run stopped at
+    cdef uint32_t itemsize      # element size of the reduce-receives of ranged steps
 
     def __dealloc__(self):
         if self.has_buf:
@@ -154,11 +170,18 @@ cdef class ExchangeChain:
         return q
 
     cdef void _fresh(self, int i):
-        cdef Request rq = self._request(K_RECV, self.steps[i].src, <char *>self.tmp_view.buf,
-                                        self.nbytes)
-        cdef Request sq = self._request(K_SEND, self.steps[i].dst,
-                                        <char *>self.buf_view.buf if self.has_buf else NULL,
-                                        self.nbytes)
+        cdef step_t *s = &self.steps[i]
+        cdef char *base = <char *>self.buf_view.buf if self.has_buf else NULL
+        cdef Request rq
+        cdef Request sq
+        if s.ranged:
+            rq = self._request(K_RECV, s.src, base + s.r_off if base else NULL, s.r_len)
+            rq.r.hook = s.rhook
+            rq.r.itemsize = self.itemsize
+            sq = self._request(K_SEND, s.dst, base + s.s_off if base else NULL, s.s_len)
+        else:
+            rq = self._request(K_RECV, s.src, <char *>self.tmp_view.buf, self.nbytes)
+            sq = self._request(K_SEND, s.dst, base, self.nbytes)
         self.reqs[2 * i] = rq
         self.reqs[2 * i + 1] = sq
         self.steps[i].rq = &rq.r
@@ -180,7 +203,11 @@ cdef class ExchangeChain:
         self.has_buf = True
         self.bound = buf
         for i in range(self.n):
-            self.steps[i].sq.buf = <char *>v.buf
+            if self.steps[i].ranged:
+                self.steps[i].sq.buf = <char *>v.buf + self.steps[i].s_off
+                self.steps[i].rq.buf = <char *>v.buf + self.steps[i].r_off
+            else:
+                self.steps[i].sq.buf = <char *>v.buf
         return 1
 
     cdef void _detach(self, int i):
@@ -193,7 +220,7 @@ cdef class ExchangeChain:
             rq.r.persistent = False
             sq.r.persistent = False
             pthread_mutex_unlock(&E.lock)
-        rq.keep = self.tmp
+        rq.keep = self.bound if self.steps[i].ranged else self.tmp
         sq.keep = self.bound
         if rq.r.state < S_DONE:
             self.eng.live.add(rq)
@@ -233,6 +260,21 @@ cdef class ExchangeChain:
                 raise
             posted = True
 
+    def release(self):
+        """Forget the in/out buffer last run on (a large one should not stay alive
+        because a chain once saw it); the next run binds its buffer again.  Safe
+        after any run: run() never leaves a request of the chain posted, and
+        requests it handed over keep their own reference."""
+        if not self.has_buf:
+            return
+        PyBuffer_Release(&self.buf_view)
+        self.has_buf = False
+        self.bound = None
+        for i in range(self.n):
+            self.steps[i].sq.buf = NULL
+            if self.steps[i].ranged:
+                self.steps[i].rq.buf = NULL
+
     def handover(self):
         """(recv, send) Requests of the step the last run stopped at (once), else None."""
         out, self.detached = self.detached, None
@@ -240,37 +282,66 @@ cdef class ExchangeChain:
 
 
 cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ctx, int tag,
-                              rank_of):
+                              rank_of, int64_t nbytes, int itemsize):
     cdef ExchangeChain ch = ExchangeChain.__new__(ExchangeChain)
     cdef int i
-    steps = list(steps)
+    cdef step_t *s
+    steps = [tuple(st) for st in steps]
     if eng.E == NULL or eng.E.closed:
         raise _errors().CommError("the communicator is closed")
     if tag < 0:
         raise ValueError(f"tag must be >= 0, got {tag}")
-    for dst, src, hook in steps:
-        eng._check_rank(dst, "dst")
-        eng._check_rank(src, "src")
+    for st in steps:
+        if len(st) not in (3, 7):
+            raise ValueError(f"a chain step is (dst, src, hook) or (dst, src, s_off, s_len, "
+                             f"r_off, r_len, rhook), got {st!r}")
+        eng._check_rank(st[0], "dst")
+        eng._check_rank(st[1], "src")
     ch.eng = eng
     ch.ctx = ctx
     ch.tag = tag
     ch.rank_of = rank_of
     ch.count = count
     ch.tmp = tmp
-    try:
-        PyObject_GetBuffer(tmp, &ch.tmp_view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    except (BufferError, ValueError) as exc:
-        raise ValueError(_buffer_problem(tmp, True, exc)) from None
-    ch.has_tmp = True
-    ch.nbytes = <uint64_t>ch.tmp_view.len
+    if tmp is not None:
+        try:
+            PyObject_GetBuffer(tmp, &ch.tmp_view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+        except (BufferError, ValueError) as exc:
+            raise ValueError(_buffer_problem(tmp, True, exc)) from None
+        ch.has_tmp = True
+        ch.nbytes = <uint64_t>ch.tmp_view.len
+    elif nbytes < 0 or any(len(st) == 3 for st in steps):
+        raise ValueError("a chain without tmp has only ranged steps and needs nbytes")
+    if nbytes >= 0:
+        ch.nbytes = <uint64_t>nbytes
+    ch.itemsize = itemsize
     ch.n = len(steps)
     ch.steps = <step_t *>calloc(max(ch.n, 1), sizeof(step_t))
     if ch.steps == NULL:
         raise MemoryError()
     ch.reqs = [None] * (2 * ch.n)
-    for i, (dst, src, hook) in enumerate(steps):
-        ch.steps[i].dst = dst
-        ch.steps[i].src = src
-        ch.steps[i].hook = <combine_fn><size_t>hook
+    for i, st in enumerate(steps):
+        s = &ch.steps[i]
+        s.dst = st[0]
+        s.src = st[1]
+        if len(st) == 3:
+            s.hook = <combine_fn><size_t>st[2]
+        else:
+            _check_range(st[2], st[3], ch.nbytes, itemsize)
+            _check_range(st[4], st[5], ch.nbytes, itemsize)
+            if st[6] and (itemsize <= 0 or itemsize > 64 or 64 % itemsize):
+                raise ValueError(f"reduce-receive steps need an element size dividing 64, "
+                                 f"got {itemsize}")
+            s.ranged = True
+            s.s_off, s.s_len, s.r_off, s.r_len = st[2], st[3], st[4], st[5]
+            s.rhook = <combine_fn><size_t>st[6]
         ch._fresh(i)
     return ch
+
+
+cdef int _check_range(object off, object length, uint64_t nbytes, int itemsize) except -1:
+    if off < 0 or length < 0 or off + length > nbytes or (
+            itemsize > 0 and (off % itemsize or length % itemsize)):
+        raise ValueError(f"chain step range [{off}, {off + length}) does not fit a "
+                         f"{nbytes}-byte buffer of {itemsize}-byte elements")
+    return 0

@@ -32,6 +32,36 @@ def repeated(comm, seed, n, dtype, op, calls=4, general_ranks=()):
     return out, (x.shape, x.dtype, op) in comm.state["collectives"].small
 
 
+def late_rank(comm, late_s, n):
+    """Warm the plan, then rank 1 calls late_s seconds after the others (beyond
+    the probe interval).  Returns (digest of the result, whether it was right)."""
+    x = data(3, comm.rank, n, "float64", "SUM")
+    for _ in range(2):
+        C.all_reduce(comm, x.copy(), "SUM")
+    C.barrier(comm)
+    if comm.rank == 1:
+        time.sleep(late_s)
+    C.all_reduce(comm, x, "SUM")
+    want, tol = reference(3, comm.size, n, "float64", "SUM")
+    check(x, want, tol, "late all_reduce")
+    return digest(x), (x.shape, x.dtype, "SUM") in comm.state["collectives"].small
+
+
+def buffer_released(comm, n):
+    """After planned calls, the plan holds no reference to the caller's buffer."""
+    import weakref
+
+    x = np.ones(n, np.float32)
+    for _ in range(3):
+        C.all_reduce(comm, x, "SUM")
+    planned = (x.shape, x.dtype, "SUM") in comm.state["collectives"].small
+    ref = weakref.ref(x)
+    del x
+    C.barrier(comm)
+    assert planned, "the call took no plan"
+    return ref() is None
+
+
 def traffic(comm, n):
     x = np.ones(n, np.float32)
     for _ in range(2):

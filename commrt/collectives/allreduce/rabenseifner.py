@@ -37,6 +37,33 @@ def cost(n, nbytes, p):
     return p.time(n, lat + fl, crit + fc, p2 * crit + fw)
 
 
+def schedule(p2, v, count, real=lambda q: q):
+    """The pairwise steps of virtual rank v in a p2-rank (power of two) group over
+    `count` elements: (partner, send lo, send hi, receive lo, receive hi, reduce)
+    in elements, halving steps (reduce True) then doubling steps.  `real` maps a
+    virtual rank to its communicator rank.  Shared by run() and the prepared
+    plan of the small-call path (collectives/_small.py), so both send the same
+    messages."""
+    b = bounds(count, p2)
+    steps = []
+    lo, hi = 0, p2
+    mask = p2 >> 1
+    while mask:
+        mid = lo + (hi - lo) // 2
+        keep, give = ((mid, hi), (lo, mid)) if v & mask else ((lo, mid), (mid, hi))
+        steps.append((real(v ^ mask), b[give[0]], b[give[1]], b[keep[0]], b[keep[1]], True))
+        lo, hi = keep
+        mask >>= 1
+    mask = 1
+    while mask < p2:
+        mine = (v // mask) * mask
+        theirs = ((v ^ mask) // mask) * mask
+        steps.append((real(v ^ mask), b[mine], b[mine + mask], b[theirs], b[theirs + mask],
+                      False))
+        mask <<= 1
+    return steps
+
+
 def run(call, buf, reduce):
     n = call.size
     if n == 1:
@@ -44,35 +71,22 @@ def run(call, buf, reduce):
     p2, rem = _fold.plan(n)
     v = _fold.fold_in(call, buf, reduce, rem)
     if v >= 0:
-        b = bounds(buf.size, p2)
         hook = getattr(reduce, "hook", 0)
         # without a C loop: receive the half kept into scratch, then reduce
-        tmp = None if hook else call.state.scratch("rab", b[p2 // 2], buf.dtype)
-        lo, hi = 0, p2
-        mask = p2 >> 1
-        while mask:
-            partner = _fold.real(v ^ mask, rem)
-            mid = lo + (hi - lo) // 2
-            if v & mask:
-                keep, give = (mid, hi), (lo, mid)
+        tmp = None if hook else call.state.scratch("rab", bounds(buf.size, p2)[p2 // 2],
+                                                   buf.dtype)
+        halving = True
+        for partner, s0, s1, r0, r1, red in schedule(p2, v, buf.size,
+                                                     lambda q: _fold.real(q, rem)):
+            if red and hook:
+                call.exchange(buf[s0:s1], partner, buf[r0:r1], partner, hook)
+            elif red:
+                t = tmp[: r1 - r0]
+                call.exchange(buf[s0:s1], partner, t, partner)
+                reduce(buf[r0:r1], t)
             else:
-                keep, give = (lo, mid), (mid, hi)
-            k0, k1 = b[keep[0]], b[keep[1]]
-            if hook:
-                call.exchange(buf[b[give[0]]:b[give[1]]], partner, buf[k0:k1], partner, hook)
-            else:
-                t = tmp[: k1 - k0]
-                call.exchange(buf[b[give[0]]:b[give[1]]], partner, t, partner)
-                reduce(buf[k0:k1], t)
-            lo, hi = keep
-            mask >>= 1
-        call.wait_sends()  # the doubling writes into blocks we sent from
-        mask = 1
-        while mask < p2:
-            partner = _fold.real(v ^ mask, rem)
-            mine = (v // mask) * mask
-            theirs = ((v ^ mask) // mask) * mask
-            call.exchange(buf[b[mine]:b[mine + mask]], partner,
-                          buf[b[theirs]:b[theirs + mask]], partner)
-            mask <<= 1
+                if halving:
+                    call.wait_sends()  # the doubling writes into blocks we sent from
+                    halving = False
+                call.exchange(buf[s0:s1], partner, buf[r0:r1], partner)
     _fold.fold_out(call, buf, rem)
