@@ -3,8 +3,11 @@
 Tree: heap order on ranks (parent (r-1)//2, children 2r+1 and 2r+2), root 0.
 Steps, per segment of COMMRT_RING_SEGMENT_BYTES (C segments):
   up:   receive the segment from each child (posted one segment ahead, two
-        scratch slots per child), reduce both into one's own, send it to the
-        parent;
+        scratch slots per child), reduce both into one's own, first child
+        first, send it to the parent.  Where the reduction has a C loop the
+        children's segments are reduce-receives, combined into one's own as
+        they land (no scratch); the second child's is posted once the
+        first's has completed, which keeps that order;
   down: the root sends each reduced segment to its children at once; every
         other rank receives it from its parent into its buffer and forwards
         it to its children as soon as it lands.
@@ -48,11 +51,23 @@ def run(call, buf, reduce):
     children = [c for c in (2 * r + 1, 2 * r + 2) if c < n]
     pieces = segments(0, buf.size, seg_elems(buf.itemsize))
     width = pieces[0][1] - pieces[0][0]
-    tmps = {c: (call.state.scratch(("tree", c, 0), width, buf.dtype),
-                call.state.scratch(("tree", c, 1), width, buf.dtype)) for c in children}
+    # With a C loop each child's segment is combined into buf[lo:hi] as it
+    # lands: nothing reads that segment before its receives complete (the
+    # up-send follows them) and nothing else writes it until the parent's
+    # result, which is posted after the up-send.  The second child's is
+    # posted only once the first child's has completed: posted together they
+    # would combine in arrival order (rank 2, a leaf, is usually first), and
+    # the result must be (own OP first) OP second, as from scratch.  The next
+    # segment's first-child receive is in flight meanwhile.
+    hook = getattr(reduce, "hook", 0)
+    tmps = {} if hook else {c: (call.state.scratch(("tree", c, 0), width, buf.dtype),
+                                call.state.scratch(("tree", c, 1), width, buf.dtype))
+                            for c in children}
 
     def post_up(i):
         lo, hi = pieces[i]
+        if hook:  # the first child's only (see above)
+            return [call.irecv_reduce(buf[lo:hi], children[0], hook)]
         return [call.irecv(tmps[c][i % 2][: hi - lo], c) for c in children]
 
     down = []          # (lo, hi, receive) of result segments from the parent
@@ -75,9 +90,15 @@ def run(call, buf, reduce):
         cur = nxt
         if children and i + 1 < len(pieces):
             nxt = post_up(i + 1)
-        for c, rv in zip(children, cur):
-            call.wait(rv)
-            reduce(buf[lo:hi], tmps[c][i % 2][: hi - lo])
+        if hook:
+            for rv in cur:  # the first child's, if any
+                call.wait(rv)
+            if len(children) > 1:
+                call.wait(call.irecv_reduce(buf[lo:hi], children[1], hook))
+        else:
+            for c, rv in zip(children, cur):
+                call.wait(rv)
+                reduce(buf[lo:hi], tmps[c][i % 2][: hi - lo])
         if parent is None:
             for c in children:
                 call.isend(buf[lo:hi], c)
