@@ -3,7 +3,10 @@
 With rem = N - p', ranks 0..2·rem-1 pair up: each even rank sends its whole
 buffer to the odd rank above it, which reduces it and takes part in the
 power-of-two algorithm under the virtual rank r // 2; ranks >= 2·rem take
-part as r - rem.  Afterwards each odd rank sends the result back down.
+part as r - rem.  The odd rank combines the even rank's buffer into its own
+as it lands where the reduction has a C loop (reduce-receive), else receives
+it into scratch and reduces.  Afterwards each odd rank sends the result back
+down.
 Extra cost: 2(α + K·β) + K·γ for the folded pairs.
 """
 
@@ -42,9 +45,13 @@ def fold_in(call, buf, reduce, rem, scratch_slot="fold"):
         if v < 0:
             call.isend(buf, r + 1)
         else:
-            tmp = call.state.scratch(scratch_slot, buf.size, buf.dtype)
-            call.recv(tmp, r - 1)
-            reduce(buf, tmp)
+            hook = getattr(reduce, "hook", 0)
+            if hook:  # the algorithm's first step: no send reads buf yet
+                call.wait(call.irecv_reduce(buf, r - 1, hook))
+            else:
+                tmp = call.state.scratch(scratch_slot, buf.size, buf.dtype)
+                call.recv(tmp, r - 1)
+                reduce(buf, tmp)
     return v
 
 
