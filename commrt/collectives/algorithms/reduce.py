@@ -5,7 +5,9 @@ Non-root buffers are left unchanged (internal nodes reduce into scratch).
 binomial (small messages)
   Relative rank v = (r - root) mod N.  For mask = 1, 2, 4, ...: a rank with
   v & mask sends its partial result to v - mask and stops; otherwise it
-  receives the partial result of v + mask (if it exists) and reduces it in.
+  receives the partial result of v + mask (if it exists) and reduces it in
+  (a reduce-receive, combined as it lands, where the reduction has a C
+  loop; else received into scratch and reduced).
   Cost: ceil(log2 N)·(α + K·β + K·γ).  Bytes: every non-root sends K once;
   the root receives ceil(log2 N)·K at most.
 
@@ -41,19 +43,26 @@ def binomial(call, buf, root, reduce, acc=None):
     v = (r - root) % n
     cur = buf
     tmp = None
+    # With a C loop each child's partial result is combined into cur as it
+    # lands: cur is sent only after the last child's, and the children are
+    # received one after another, in mask order as from scratch.
+    hook = getattr(reduce, "hook", 0)
     mask = 1
     while mask < n:
         if v & mask:
             call.isend(cur, (r - mask) % n)
             return
         if v + mask < n:
-            if tmp is None:
-                tmp = call.state.scratch("bin_tmp", buf.size, buf.dtype)
             if cur is buf and v != 0 and acc is not buf:
                 cur = call.state.scratch("bin_acc", buf.size, buf.dtype)
                 cur[...] = buf
-            call.recv(tmp, (r + mask) % n)
-            reduce(cur, tmp)
+            if hook:
+                call.wait(call.irecv_reduce(cur, (r + mask) % n, hook))
+            else:
+                if tmp is None:
+                    tmp = call.state.scratch("bin_tmp", buf.size, buf.dtype)
+                call.recv(tmp, (r + mask) % n)
+                reduce(cur, tmp)
         mask <<= 1
 
 

@@ -1,7 +1,8 @@
 """Hierarchical all-reduce for multi-host jobs: within hosts over shared memory, across by ring.
 
 Steps (H hosts, L ranks on a host, the lowest rank of each host is its leader):
-  1. binomial reduce to the leader inside each host (shared memory);
+  1. binomial reduce to the leader inside each host (shared memory), with
+     reduce-receives where the reduction has a C loop (see reduce.py);
   2. ring all-reduce among the H leaders (the network);
   3. binomial (small) or pipelined (large) broadcast from the leader
      inside each host.

@@ -1,7 +1,9 @@
 """Reduce + broadcast all-reduce: binomial reduce to rank 0, then binomial broadcast.
 
 Steps:
-  1. binomial reduce to rank 0 (see collectives/algorithms/reduce.py), in place;
+  1. binomial reduce to rank 0 (see collectives/algorithms/reduce.py), in place,
+     each child's partial result combined as it lands where the reduction
+     has a C loop (reduce-receive);
   2. binomial broadcast from rank 0 (see collectives/algorithms/broadcast.py).
 The result is computed once, at rank 0, so all ranks end bitwise equal.
 
