@@ -30,8 +30,11 @@ def cost(n, nbytes, p):
     steps = int(math.log2(p2))
     frac = (p2 - 1) / p2 * nbytes
     lat = 2 * steps * p.step(n)  # one message each way per step, whatever its size
-    # halving step i reduces K/2^i at once: large blocks reduce at memory speed
-    reduce = sum(nbytes / 2 ** i * p.g(nbytes / 2 ** i) for i in range(1, steps + 1))
+    # halving step i reduces K/2^i, combined piece by piece (a ring chunk or a
+    # CMA piece, <= a segment) as it lands: the in-cache γ of a segment, as
+    # the ring's (a reduction without a C loop reduces the whole block at once)
+    reduce = sum(nbytes / 2 ** i * p.g(min(nbytes / 2 ** i, p.segment))
+                 for i in range(1, steps + 1))
     crit = 2 * frac * p.beta + reduce
     fl, fc, fw = _fold.cost(n, nbytes, p)
     return p.time(n, lat + fl, crit + fc, p2 * crit + fw)
