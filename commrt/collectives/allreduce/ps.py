@@ -1,10 +1,13 @@
 """Parameter-server all-reduce: everyone sends to rank 0, which reduces and sends back.
 
 Steps, per segment of COMMRT_RING_SEGMENT_BYTES (so the root's scratch is
-(N-1) segments, and reducing one segment overlaps receiving the next):
+(N-1) segments, N-2 with a C loop, and reducing one segment overlaps
+receiving the next):
   1. every rank r > 0 sends the segment to rank 0;
   2. rank 0 receives the N-1 copies and reduces them into its own with one
-     pass (float16 accumulates in float32 across all of them);
+     pass (float16 accumulates in float32 across all of them); where the
+     reduction has a C loop rank 1's copy is combined as it lands instead
+     (reduce-receive), and the pass takes the others;
   3. rank 0 sends the result to every rank.
 Cost: 2α + (N-1)·K·(β + γ) + K·β (+α per further segment message): the root
 receives and reduces everything, then the others copy the result at once.
@@ -37,12 +40,19 @@ def run(call, buf, reduce, reduce_many):
         call.waitall(rvs)
         return
     width = pieces[0][1] - pieces[0][0]
-    tmps = [[call.state.scratch(("ps", k, q), width, buf.dtype) for q in range(1, n)]
+    # With a C loop rank 1's segment is combined into buf[lo:hi] as it lands
+    # (first, as it is the first source of the one pass): no send reads that
+    # segment before all its copies are in; the other ranks' land in scratch,
+    # disjoint, and the pass adds them after it in rank order.
+    hook = getattr(reduce, "hook", 0)
+    first = 2 if hook else 1
+    tmps = [[call.state.scratch(("ps", k, q), width, buf.dtype) for q in range(first, n)]
             for k in (0, 1)]
 
     def post(i):
         lo, hi = pieces[i]
-        return [call.irecv(t[: hi - lo], q) for t, q in zip(tmps[i % 2], range(1, n))]
+        rvs = [call.irecv_reduce(buf[lo:hi], 1, hook)] if hook else []
+        return rvs + [call.irecv(t[: hi - lo], q) for t, q in zip(tmps[i % 2], range(first, n))]
 
     nxt = post(0)
     for i, (lo, hi) in enumerate(pieces):
@@ -50,6 +60,7 @@ def run(call, buf, reduce, reduce_many):
         if i + 1 < len(pieces):
             nxt = post(i + 1)
         call.waitall(cur)
-        reduce_many(buf[lo:hi], [t[: hi - lo] for t in tmps[i % 2]])
+        if first < n:
+            reduce_many(buf[lo:hi], [t[: hi - lo] for t in tmps[i % 2]])
         for q in range(1, n):
             call.isend(buf[lo:hi], q)
