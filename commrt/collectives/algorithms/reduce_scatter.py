@@ -3,7 +3,9 @@
 direct (small messages)
   Send block j to rank j for every j != r (all at once), receive the N-1
   copies of block r and reduce them with one pass (float16 accumulates in
-  float32 across all of them).
+  float32 across all of them).  Where the reduction has a C loop the copies
+  are reduce-receives instead, combined into out (our own block first) as
+  they land, one peer after another in the pass's order: no scratch, no pass.
   Cost: (N-1)·α + (N-1)/N·K·β + (N-1)/N·K·γ, all messages in flight together.
   Bytes sent per rank: (N-1)·|block|.
 
@@ -28,11 +30,27 @@ def cost(algo, n, nbytes, p):
     return (n - 1) * (p.nseg(block) * p.alpha + block * (p.beta + p.gamma)) * p.rho(n)
 
 
-def direct(call, out, buf, reduce_many):
+def direct(call, out, buf, reduce, reduce_many):
     n, r = call.size, call.rank
     m = out.size
-    tmps = [call.state.scratch(("rsd", q), m, buf.dtype) for q in range(n - 1)]
     peers = [q for q in range(n) if q != r]
+    hook = getattr(reduce, "hook", 0)
+    if hook:
+        # Each peer's copy is combined into out as it lands (no send reads
+        # out), in peer order as the pass adds them: the next peer's receive
+        # is posted once the previous one completed, since reduce-receives
+        # posted together would combine in arrival order.  Its message waits
+        # in the transport meanwhile (the receiver copies a large one anyway).
+        out[...] = buf[r * m:(r + 1) * m]
+        rv = call.irecv_reduce(out, peers[0], hook)
+        for k in range(1, n):
+            q = (r + k) % n
+            call.isend(buf[q * m:(q + 1) * m], q)
+        call.wait(rv)
+        for q in peers[1:]:
+            call.wait(call.irecv_reduce(out, q, hook))
+        return
+    tmps = [call.state.scratch(("rsd", q), m, buf.dtype) for q in range(n - 1)]
     rvs = [call.irecv(t, q) for t, q in zip(tmps, peers)]
     for k in range(1, n):
         q = (r + k) % n
@@ -82,6 +100,6 @@ def run(algo, call, out, buf, reduce, reduce_many):
         out[...] = buf
         return
     if algo == "direct":
-        direct(call, out, buf, reduce_many)
+        direct(call, out, buf, reduce, reduce_many)
     else:
         ring(call, out, buf, reduce)
