@@ -32,12 +32,12 @@ def _prod(a, b):
 
 @cuda.jit(device=True)
 def _min(a, b):
-    return b if (b < a or b != b) else a
+    return a if (a < b or a != a) else b    # np.minimum: left NaN wins, a tie gives b
 
 
 @cuda.jit(device=True)
 def _max(a, b):
-    return b if (b > a or b != b) else a
+    return a if (a > b or a != a) else b
 
 
 @cuda.jit(device=True)

@@ -40,9 +40,11 @@ def min_(dst, src):
     if src.size != dst.size:
         raise ValueError("reduce_into: dst and src differ in size")
     for i in range(dst.size):
-        y = src[i]
-        if y < dst[i] or y != y:  # y != y: NaN wins, as in np.minimum
-            dst[i] = y
+        x = dst[i]
+        # np.minimum's rule: a NaN on the left wins, else the smaller, and a tie
+        # (0.0 and -0.0) gives the right operand -- as the C combine loops do
+        if not (x < src[i] or x != x):
+            dst[i] = src[i]
 
 
 @njit(nogil=True, cache=True)
@@ -50,9 +52,9 @@ def max_(dst, src):
     if src.size != dst.size:
         raise ValueError("reduce_into: dst and src differ in size")
     for i in range(dst.size):
-        y = src[i]
-        if y > dst[i] or y != y:
-            dst[i] = y
+        x = dst[i]
+        if not (x > src[i] or x != x):   # np.maximum's rule (see min_)
+            dst[i] = src[i]
 
 
 @njit(nogil=True, cache=True)
@@ -117,9 +119,9 @@ def min_par(dst, src):
     if src.size != dst.size:
         raise ValueError("reduce_into: dst and src differ in size")
     for i in prange(dst.size):
-        y = src[i]
-        if y < dst[i] or y != y:
-            dst[i] = y
+        x = dst[i]
+        if not (x < src[i] or x != x):   # np.minimum's rule (see min_)
+            dst[i] = src[i]
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -127,9 +129,9 @@ def max_par(dst, src):
     if src.size != dst.size:
         raise ValueError("reduce_into: dst and src differ in size")
     for i in prange(dst.size):
-        y = src[i]
-        if y > dst[i] or y != y:
-            dst[i] = y
+        x = dst[i]
+        if not (x > src[i] or x != x):   # np.maximum's rule (see min_)
+            dst[i] = src[i]
 
 
 @njit(nogil=True, cache=True, parallel=True)

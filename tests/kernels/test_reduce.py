@@ -250,3 +250,27 @@ def test_large_arrays_take_the_large_path(op, dtype):
     assert_same(a, want)
     with pytest.raises(ValueError, match="differ in size"):
         reduce_into(a, b[:-1], op)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_signed_zero_ties_follow_numpy_on_every_cpu_path(dtype):
+    """np.minimum/np.maximum give the right operand on a 0.0/-0.0 tie; the Numba
+    kernels (serial and parallel) and the C combine loops must too, or a
+    reduction's result would change sign with the path an algorithm takes."""
+    from commrt.kernels import combine_into
+    from commrt.kernels import reduce_numba as N
+
+    n = 4096
+    a = np.where(np.arange(n) % 2, 0.0, -0.0).astype(dtype)
+    b = -a
+    a[:4] = [np.nan, 1.0, -0.0, np.nan]
+    b[:4] = [2.0, np.nan, 0.0, np.nan]
+    for op, uf in (("min", np.minimum), ("max", np.maximum)):
+        want = uf(a, b).view(np.uint8)
+        for name, f in ((f"numba {op}", getattr(N, op + "_")),
+                        (f"numba {op} parallel", getattr(N, op + "_par")),
+                        (f"C {op}", lambda x, y: combine_into(x, y, op)),
+                        (f"reduce_into {op}", lambda x, y: reduce_into(x, y, op))):
+            x = a.copy()
+            f(x, b)
+            np.testing.assert_array_equal(x.view(np.uint8), want, err_msg=name)

@@ -54,6 +54,15 @@ SCRIPT = textwrap.dedent(r'''
                 np.testing.assert_array_equal(d.copy_to_host(), want, err_msg=f"{op} {dt} {n}")
                 checked += 1
 
+    # a 0.0/-0.0 tie gives the right operand, as np.minimum/np.maximum do
+    ta = np.array([-0.0, 0.0, np.nan, 1.0], np.float32)
+    tb = np.array([0.0, -0.0, 2.0, np.nan], np.float32)
+    for op in ("min", "max"):
+        d = cuda.to_device(ta.copy())
+        reduce_into(d, cuda.to_device(tb), op)
+        np.testing.assert_array_equal(d.copy_to_host().view(np.uint32),
+                                      ORACLE[op](ta, tb).view(np.uint32), err_msg=f"tie {op}")
+
     # one kernel per (op, dtype), built once
     k1 = reduce_cuda.reduce_kernel("sum", np.dtype(np.float32).str)
     assert k1 is reduce_cuda.reduce_kernel("sum", np.dtype(np.float32).str)
