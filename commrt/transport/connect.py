@@ -81,6 +81,7 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
                           oversubscribed=oversub,
                           progress_delay_us=config.get("COMMRT_PROGRESS_DELAY_US"),
                           cma_min_bytes=_cma_min_bytes(oversub),
+                          chunk=config.get("COMMRT_SHM_CHUNK_BYTES"),
                           timeout=config.get("COMMRT_TIMEOUT"))
     prefix = f"commrt/mesh/{generation}"
     deadline = time.monotonic() + timeout
