@@ -48,7 +48,7 @@ import numpy as np
 from commrt import config
 
 
-CACHE_VERSION = 4   # 4: large shm messages below COMMRT_CMA_MIN_BYTES stream through the ring
+CACHE_VERSION = 5   # 5: shm streams in 64 KiB chunks (β changed); 4: below COMMRT_CMA_MIN_BYTES streams
 GAMMA_SMALL, GAMMA_LARGE = 1 << 20, 16 << 20   # sizes γ and γ_mem are measured at
 NOISY = 3.0   # α's lower quartile over its fastest sample beyond which the host was busy
 
