@@ -239,8 +239,7 @@ class Communicator:
 
     def all_reduce(self, buf, op=None, algorithm=None, *, timeout=None, async_op=False):
         c = _collectives or _coll()          # a tiny all-reduce is ~1 µs: keep this thin
-        return c.all_reduce(self, buf, c.SUM if op is None else op, algorithm, timeout=timeout,
-                            async_op=async_op)
+        return c.all_reduce(self, buf, c.SUM if op is None else op, algorithm, timeout, async_op)
 
     def all_gather(self, out, buf, **kw):
         return _coll().all_gather(self, out, buf, **kw)

@@ -48,7 +48,7 @@ class Plan:
     how to combine in Python (None: barrier).  `fused`: the chain combines with
     the kernels' C loop after each step, so one chain run is the whole call."""
     __slots__ = ("kind", "algo", "base", "count", "nbytes", "dtype", "op", "tmp", "steps",
-                 "nsteps", "chain", "fused", "combine", "wait", "avg")
+                 "nsteps", "chain", "fused", "combine", "wait", "avg", "first_last", "plain")
     ranged = False
 
     def __init__(self, comm, st, kind, algo, buf, op, kernel, ufunc, avg, steps):
@@ -80,6 +80,8 @@ class Plan:
             [(dst, src, h) for (dst, src, _), h in zip(steps, hooks)], self.tmp, self.count, TAG)
         self.wait = min(st.probe_s, st.timeout)
         self.avg = avg
+        self.first_last = None if self.fused else 1   # how far the first chain run goes
+        self.plain = self.fused and not avg             # nothing to do after a clean run
 
 
 class RangedPlan:
@@ -105,6 +107,9 @@ class RangedPlan:
         self.fused = True
         self.wait = min(st.probe_s, st.timeout)
         self.avg = avg
+
+    first_last = None       # the first chain run is the whole call
+    plain = False           # finish() releases the buffer after every call
 
 
 def state_if_idle(comm):
@@ -176,21 +181,25 @@ def _keep(st, key, plan):
 
 def run(comm, st, buf, plan):
     """Run the collective in place on buf along its Plan; returns buf, or None
-    (having done nothing) when buf does not fit this path."""
+    (having done nothing) when buf does not fit this path.  (all_reduce runs
+    these first lines itself, then finish(): a tiny call is ~1 µs, and each
+    Python call level costs a tenth of it.)"""
     seq = st.seq
     meta = plan.base | (seq & 0xFFFF)
     st.seq = seq + 1                        # begun (even if Ctrl-C stops the chain)
     st.history.append((seq, meta, plan.count))
-    if plan.fused:
-        i = plan.chain.run(buf, meta, plan.wait)
-        if i == plan.nsteps:                # the whole call, in one C call
-            if plan.ranged:
-                plan.chain.release()
-            if plan.avg:
-                _average(buf, comm.size)
-            return buf
-    else:
-        i = plan.chain.run(buf, meta, plan.wait, 0, 1)
+    return finish(comm, st, buf, plan, seq, meta, plan.chain.run(buf, meta, plan.wait, 0,
+                                                                  plan.first_last))
+
+
+def finish(comm, st, buf, plan, seq, meta, i):
+    """The rest of run() once the plan's first chain run returned i."""
+    if plan.fused and i == plan.nsteps:     # the whole call, in one C call
+        if plan.ranged:
+            plan.chain.release()
+        if plan.avg:
+            _average(buf, comm.size)
+        return buf
     if i < 0:                               # not C-contiguous and writable: nothing sent
         st.seq = seq
         st.history.pop()
