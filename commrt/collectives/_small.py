@@ -224,34 +224,7 @@ def finish(comm, st, buf, plan, seq, meta, i):
             if plan.avg:
                 _average(buf, comm.size)
             return buf
-    if plan.ranged:
-        return _resume_ranged(comm, buf, plan, seq, i)
     return _resume(comm, buf, plan, seq, i)
-
-
-def _resume_ranged(comm, buf, plan, seq, i):
-    """_resume for a RangedPlan: the handed-over step, then the rest as the
-    general path runs them (Call.exchange, combining as the data lands)."""
-    rq, sq = plan.chain.handover()
-    plan.chain.release()
-    call = Call(comm, plan.kind, count=plan.count, dtype=plan.dtype, op=plan.op,
-                algo=plan.algo, seq=seq)
-    call.start()
-    flat = buf.reshape(-1)
-    isz = flat.itemsize
-    try:
-        partner, _, _, r0, r1, _ = plan.steps[i]
-        call.complete_exchange(rq, sq, partner, (r1 - r0) * isz)
-        call.wait_sends()                   # each step's send ends before the next step
-        for partner, s0, s1, r0, r1, red in plan.steps[i + 1:]:
-            call.exchange(flat[s0:s1], partner, flat[r0:r1], partner, plan.hook if red else 0)
-            call.wait_sends()
-        call.end()
-    finally:
-        call.state.current = None
-    if plan.avg:
-        _average(buf, comm.size)
-    return buf
 
 
 def _resume(comm, buf, plan, seq, i):
@@ -259,25 +232,45 @@ def _resume(comm, buf, plan, seq, i):
     Call (same sequence number): it waits with deadlines and probes, and raises
     what the general path would."""
     rq, sq = plan.chain.handover()
+    if plan.ranged:
+        plan.chain.release()
     call = Call(comm, plan.kind, count=plan.count, dtype=plan.dtype, op=plan.op,
                 algo=plan.algo, seq=seq)
     call.start()
-    tmp, combine = plan.tmp, plan.combine
     try:
-        call.complete_exchange(rq, sq, plan.steps[i][1], plan.nbytes)
-        for j in range(i, len(plan.steps)):
-            dst, src, first = plan.steps[j]
-            if j > i:
-                call.exchange(buf, dst, tmp, src)
-            call.wait_sends()               # the partner has our copy; buf may change now
-            if combine is not None:
-                combine(buf, tmp, first)
+        (_rest_ranged if plan.ranged else _rest)(call, buf, plan, i, rq, sq)
         call.end()
     finally:
         call.state.current = None
     if plan.avg:
         _average(buf, comm.size)
     return buf
+
+
+def _rest(call, buf, plan, i, rq, sq):
+    """Whole-buffer steps i.. as the general recursive doubling runs them."""
+    tmp, combine = plan.tmp, plan.combine
+    call.complete_exchange(rq, sq, plan.steps[i][1], plan.nbytes)
+    for j in range(i, len(plan.steps)):
+        dst, src, first = plan.steps[j]
+        if j > i:
+            call.exchange(buf, dst, tmp, src)
+        call.wait_sends()               # the partner has our copy; buf may change now
+        if combine is not None:
+            combine(buf, tmp, first)
+
+
+def _rest_ranged(call, buf, plan, i, rq, sq):
+    """Ranged steps i.. as the general Rabenseifner runs them (Call.exchange,
+    combining as the data lands)."""
+    flat = buf.reshape(-1)
+    isz = flat.itemsize
+    partner, _, _, r0, r1, _ = plan.steps[i]
+    call.complete_exchange(rq, sq, partner, (r1 - r0) * isz)
+    call.wait_sends()                   # each step's send ends before the next step
+    for partner, s0, s1, r0, r1, red in plan.steps[i + 1:]:
+        call.exchange(flat[s0:s1], partner, flat[r0:r1], partner, plan.hook if red else 0)
+        call.wait_sends()
 
 
 def _combine(f, buf, tmp, first):
