@@ -93,7 +93,7 @@ def test_other_collectives_traffic(w5):
         assert sum(t["sent"] for t in res) == (n - 1) * k
     res = w5.run(R.traffic, "reduce", "binomial", count, "float32", 1)
     assert [t["sent"] for t in res] == [k if r != 1 else 0 for r in range(n)]
-    for kind, algo in (("all_gather", "ring"), ("all_gather", "bruck"),
+    for kind, algo in (("all_gather", "ring"), ("all_gather", "bruck"), ("all_gather", "direct"),
                        ("reduce_scatter", "ring"), ("reduce_scatter", "direct")):
         res = w5.run(R.traffic, kind, algo, count)
         assert all(t["sent"] == (n - 1) * k and t["recv"] == (n - 1) * k for t in res), (kind, algo, res)
