@@ -405,7 +405,7 @@ cdef class Engine:
         return q
 
     cdef int _arm_reduce(self, Request q, uint64_t meta, size_t hook, int itemsize) except -1:
-        if hook == 0 or itemsize <= 0 or itemsize > 64 or 64 % itemsize:
+        if hook == 0 or not combinable_size(itemsize):
             raise ValueError(f"reduce-receive needs a combine function and an element size "
                              f"dividing 64, got hook={hook:#x}, itemsize={itemsize}")
         if q.keep is not None:

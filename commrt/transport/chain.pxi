@@ -329,7 +329,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
         else:
             _check_range(st[2], st[3], ch.nbytes, itemsize)
             _check_range(st[4], st[5], ch.nbytes, itemsize)
-            if st[6] and (itemsize <= 0 or itemsize > 64 or 64 % itemsize):
+            if st[6] and not combinable_size(itemsize):
                 raise ValueError(f"reduce-receive steps need an element size dividing 64, "
                                  f"got {itemsize}")
             s.ranged = True

@@ -68,6 +68,12 @@ cdef enum:
 # (any C function of this shape; the transport does not know what it computes).
 ctypedef void (*combine_fn)(void *dst, const void *src, int64_t n) noexcept nogil
 
+
+cdef inline bint combinable_size(int itemsize) noexcept nogil:
+    """An element size a reduce-receive can take: it divides 64, so no streamed
+    chunk (a multiple of 64 bytes, see Engine.__cinit__) splits an element."""
+    return 0 < itemsize <= 64 and 64 % itemsize == 0
+
 cdef struct hdr_t:
     uint32_t magic
     uint8_t version
