@@ -256,6 +256,18 @@ class Communicator:
     def all_to_all(self, out, buf, **kw):
         return _coll().all_to_all(self, out, buf, **kw)
 
+    def all_gatherv(self, out, buf, counts, **kw):
+        return _coll().all_gatherv(self, out, buf, counts, **kw)
+
+    def gatherv(self, buf, out=None, counts=None, root=0, **kw):
+        return _coll().gatherv(self, buf, out, counts, root, **kw)
+
+    def scatterv(self, out, buf=None, counts=None, root=0, **kw):
+        return _coll().scatterv(self, out, buf, counts, root, **kw)
+
+    def all_to_allv(self, out, buf, send_counts, recv_counts, **kw):
+        return _coll().all_to_allv(self, out, buf, send_counts, recv_counts, **kw)
+
     def broadcast_obj(self, obj, root=0, **kw):
         return _coll().broadcast_obj(self, obj, root, **kw)
 

@@ -12,6 +12,10 @@ methods delegate here with the same arguments:
     scatter(comm, out, buf=None, root=0, *, timeout=None, async_op=False)
     reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False)
     all_to_all(comm, out, buf, *, timeout=None, async_op=False)
+    all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_op=False)
+    gatherv(comm, buf, out=None, counts=None, root=0, *, timeout=None, async_op=False)
+    scatterv(comm, out, buf=None, counts=None, root=0, *, timeout=None, async_op=False)
+    all_to_allv(comm, out, buf, send_counts, recv_counts, *, timeout=None, async_op=False)
     broadcast_obj(comm, obj, root=0, *, timeout=None)
     all_gather_obj(comm, obj, *, timeout=None)
     gather_obj(comm, obj, root=0, *, timeout=None)
@@ -20,7 +24,11 @@ methods delegate here with the same arguments:
 
 Buffers are contiguous NumPy arrays, reduced in place where the collective
 has one buffer; CuPy and Numba device arrays are staged through host
-memory.  A blocking call returns its output buffer (gather: out at the
+memory.  The ``v`` collectives take per-rank element counts (blocks packed in
+rank order; zero counts allowed): all_gatherv's counts are the same list on
+every rank, gatherv's and scatterv's are needed at the root only (another
+rank's block is its own buf / out), all_to_allv's send_counts[q] must equal
+rank q's recv_counts[r].  A blocking call returns its output buffer (gather: out at the
 root, None elsewhere); ``async_op=True`` returns a CollRequest whose
 ``wait(timeout)`` returns the same and raises any error in the caller's
 thread, and ``test()`` says whether it finished.  Leave the buffers alone
@@ -42,6 +50,7 @@ from commrt.collectives import cost as _cost  # noqa: I001
 from commrt.collectives.algorithms import gather as _gather
 from commrt.collectives.algorithms import reduce as _reduce
 from commrt.collectives.algorithms import reduce_scatter as _reduce_scatter
+from commrt.collectives.algorithms import variable as _variable
 from commrt.collectives import allreduce as _allreduce
 from commrt.collectives import _small
 from commrt.collectives._engine import Call, CollRequest, execute, state_of  # noqa: F401
@@ -51,7 +60,8 @@ from commrt.errors import CollectiveMismatchError
 _ndarray = np.ndarray
 
 __all__ = ["barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter",
-           "reduce_scatter", "all_to_all", "broadcast_obj", "all_gather_obj", "gather_obj",
+           "reduce_scatter", "all_to_all", "all_gatherv", "gatherv", "scatterv", "all_to_allv",
+           "broadcast_obj", "all_gather_obj", "gather_obj",
            "split", "new_group", "ReduceOp", "CollRequest", "ALGORITHMS"]
 
 ALGORITHMS = {
@@ -60,6 +70,7 @@ ALGORITHMS = {
     "reduce": _reduce.ALGORITHMS,
     "all_gather": _all_gather.ALGORITHMS,
     "reduce_scatter": _reduce_scatter.ALGORITHMS,
+    "all_gatherv": _variable.ALLGATHERV,
 }
 
 
@@ -360,6 +371,122 @@ def all_to_all(comm, out, buf, *, timeout=None, async_op=False):
 
     def run():
         _all_to_all.run(call, oflat, flat)
+        done()
+        return out
+    return execute(call, run, async_op)
+
+
+# -- variable-size collectives -------------------------------------------------------
+def _counts(comm, counts, name):
+    """counts as a list of comm.size non-negative ints (a clear error otherwise)."""
+    if counts is None:
+        raise ValueError(f"{name} must be given")
+    try:
+        out = [int(c) for c in counts]
+        ok = all(isinstance(q, (int, np.integer)) and not isinstance(q, bool) for q in counts)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a sequence of {comm.size} ints, got {counts!r}") from None
+    if not ok:
+        raise TypeError(f"{name} must be a sequence of {comm.size} ints, got {list(counts)!r}")
+    if len(out) != comm.size or any(c < 0 for c in out):
+        raise ValueError(f"{name} must hold {comm.size} non-negative ints (one per rank), "
+                         f"got {list(counts)!r}")
+    return out
+
+
+def _holds(what, flat, n, dtype, name, where):
+    if flat.size != n or flat.dtype != dtype:
+        raise ValueError(f"{what}: {name} must hold {n} elements of {dtype} ({where}), got "
+                         f"{flat.size} of {flat.dtype}")
+
+
+def all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_op=False):
+    """out (sum(counts) elements) receives every rank's buf in rank order; rank q's
+    buf holds counts[q] elements (counts: the same list on every rank)."""
+    counts = _counts(comm, counts, "counts")
+    flat, _ = _host(buf, "buf", False)
+    oflat, done = _host(out, "out", True)
+    _holds("all_gatherv", flat, counts[comm.rank], flat.dtype, "buf", f"counts[{comm.rank}]")
+    _holds("all_gatherv", oflat, sum(counts), flat.dtype, "out", "sum(counts)")
+    algo = _pick(_variable.AllGathervModule, comm, algorithm, oflat.nbytes, "all_gatherv")
+    call = Call(comm, "all_gatherv", count=oflat.size, dtype=flat.dtype, algo=algo,
+                timeout=timeout)
+
+    def run():
+        _variable.all_gatherv(algo, call, oflat, flat, counts)
+        done()
+        return out
+    return execute(call, run, async_op)
+
+
+def gatherv(comm, buf, out=None, counts=None, root=0, *, timeout=None, async_op=False):
+    """Root's out (sum(counts) elements) receives every rank's buf in rank order;
+    counts (rank q's buf holds counts[q]) are needed at the root only."""
+    root = _check_root(comm, root)
+    flat, _ = _host(buf, "buf", False)
+    oflat, done, cnt = None, _noop, None
+    if comm.rank == root:
+        cnt = _counts(comm, counts, "gatherv: counts (at the root)")
+        if out is None:
+            raise ValueError("gatherv: the root must pass out")
+        oflat, done = _host(out, "out", True)
+        _holds("gatherv", flat, cnt[root], flat.dtype, "buf", f"counts[{root}]")
+        _holds("gatherv", oflat, sum(cnt), flat.dtype, "out", "sum(counts)")
+    elif counts is not None:
+        cnt = _counts(comm, counts, "gatherv: counts")
+        _holds("gatherv", flat, cnt[comm.rank], flat.dtype, "buf", f"counts[{comm.rank}]")
+    call = Call(comm, "gatherv", dtype=flat.dtype, root=root, algo="linear", timeout=timeout)
+
+    def run():
+        _variable.gatherv(call, flat, oflat, cnt, root)
+        done()
+        return out if comm.rank == root else None
+    return execute(call, run, async_op)
+
+
+def scatterv(comm, out, buf=None, counts=None, root=0, *, timeout=None, async_op=False):
+    """Rank q's out (counts[q] elements) receives block q of root's buf (sum(counts)
+    elements, packed in rank order); counts are needed at the root only."""
+    root = _check_root(comm, root)
+    oflat, done = _host(out, "out", True)
+    flat, cnt = None, None
+    if comm.rank == root:
+        cnt = _counts(comm, counts, "scatterv: counts (at the root)")
+        if buf is None:
+            raise ValueError("scatterv: the root must pass buf")
+        flat, _ = _host(buf, "buf", False)
+        _holds("scatterv", flat, sum(cnt), oflat.dtype, "buf", "sum(counts)")
+        _holds("scatterv", oflat, cnt[root], oflat.dtype, "out", f"counts[{root}]")
+    elif counts is not None:
+        cnt = _counts(comm, counts, "scatterv: counts")
+        _holds("scatterv", oflat, cnt[comm.rank], oflat.dtype, "out", f"counts[{comm.rank}]")
+    call = Call(comm, "scatterv", dtype=oflat.dtype, root=root, algo="linear", timeout=timeout)
+
+    def run():
+        _variable.scatterv(call, oflat, flat, cnt, root)
+        done()
+        return out
+    return execute(call, run, async_op)
+
+
+def all_to_allv(comm, out, buf, send_counts, recv_counts, *, timeout=None, async_op=False):
+    """send_counts[q] elements of buf (blocks packed in rank order) go to rank q, whose
+    out receives them as its block r; recv_counts[q] elements of out come from rank q
+    (rank q's send_counts[r] must equal this rank's recv_counts[q])."""
+    sc = _counts(comm, send_counts, "send_counts")
+    rc = _counts(comm, recv_counts, "recv_counts")
+    flat, _ = _host(buf, "buf", False)
+    oflat, done = _host(out, "out", True)
+    _holds("all_to_allv", flat, sum(sc), flat.dtype, "buf", "sum(send_counts)")
+    _holds("all_to_allv", oflat, sum(rc), flat.dtype, "out", "sum(recv_counts)")
+    r = comm.rank
+    if sc[r] != rc[r]:
+        raise ValueError(f"all_to_allv: send_counts[{r}] = {sc[r]} and recv_counts[{r}] = "
+                         f"{rc[r]} (this rank's block to itself) differ")
+    call = Call(comm, "all_to_allv", dtype=flat.dtype, algo="pairwise", timeout=timeout)
+
+    def run():
+        _variable.all_to_allv(call, oflat, flat, sc, rc)
         done()
         return out
     return execute(call, run, async_op)

@@ -49,7 +49,8 @@ _LOST = re.compile(r"lost peer rank (\d+) \(seen by rank (\d+)\)")
 
 KINDS = ("none", "barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather",
          "scatter", "reduce_scatter", "all_to_all", "broadcast_obj", "all_gather_obj",
-         "gather_obj", "split", "new_group", "calibrate")
+         "gather_obj", "split", "new_group", "calibrate", "all_gatherv", "gatherv", "scatterv",
+         "all_to_allv")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 
 ALGOS = ("-", "ring", "ps", "reduce_bcast", "tree", "rabenseifner", "recursive_doubling",
@@ -398,20 +399,27 @@ class Call:
         if isinstance(exc, MessageTruncatedError):
             reason = (f"collective mismatch: rank {self.rank} in "
                       f"{describe_meta(self.meta, self.count)}: rank "
-                      f"{exc.source} sent {exc.message_bytes} B where {exc.buffer_bytes} B were "
-                      f"expected (count or dtype differ)")
+                      f"{exc.source} sent {self._bytes(exc.message_bytes)} where this rank "
+                      f"expected {self._bytes(exc.buffer_bytes)} from it (their counts differ)")
             self._abort(reason)
         raise exc
 
     def _mismatch(self, src, meta, nbytes, expected):
         if meta == self.meta:
-            what = f"sent {nbytes} B where {expected} B were expected (count or dtype differ)"
+            what = (f"sent {self._bytes(nbytes)} where this rank expected "
+                    f"{self._bytes(expected)} from it (their counts differ)")
         else:
             what = (f"called {describe_meta(meta)} [{', '.join(_diff(self.meta, meta))} "
                     f"differ]")
         reason = (f"collective mismatch: rank {self.rank} called "
                   f"{describe_meta(self.meta, self.count)}; rank {src} {what}")
         self._abort(reason)
+
+    def _bytes(self, nbytes):
+        dt = self.dtype
+        if dt is None or not dt.itemsize or nbytes % dt.itemsize:
+            return f"{nbytes} B"
+        return f"{nbytes} B ({nbytes // dt.itemsize} x {dt.name})"
 
     def _abort(self, reason):
         self.state.poisoned = reason

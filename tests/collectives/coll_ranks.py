@@ -429,3 +429,95 @@ def invalid_arguments(comm):
     C.all_reduce(comm, x)
     assert np.all(x == comm.size)
     return True
+
+
+# -- variable-size collectives ---------------------------------------------------------
+def vcounts(seed, size, salt=0):
+    """Per-rank counts with zeros and odd numbers, the same on every rank for a seed."""
+    rng = np.random.default_rng([seed, salt, size])
+    return [int(c) for c in rng.choice([0, 1, 3, 7, 0, 1001, 2], size)]
+
+
+def varsize(comm, seed, dtype, algo=None, async_op=False):
+    """all_gatherv, gatherv, scatterv and all_to_allv at every root against NumPy."""
+    size, r = comm.size, comm.rank
+    counts = vcounts(seed, size)
+    offs = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    blocks = [data(seed, q, counts[q], dtype) for q in range(size)]
+    want = np.concatenate(blocks) if size else None
+    out = np.empty(offs[-1], dtype)
+    res = C.all_gatherv(comm, out, blocks[r], counts, algorithm=algo, async_op=async_op)
+    if async_op:
+        res = res.wait(60)
+    assert res is out
+    check(out, want, None, f"all_gatherv {algo} {dtype} counts {counts}")
+    for root in range(size):
+        out = np.empty(offs[-1], dtype) if r == root else None
+        res = comm.gatherv(blocks[r], out, counts if r == root else None, root)
+        if r == root:
+            assert res is out
+            check(out, want, None, f"gatherv root {root} counts {counts}")
+        else:
+            assert res is None
+        src = data(seed, 1000 + root, offs[-1], dtype) if r == root else None
+        mine = np.empty(counts[r], dtype)
+        assert comm.scatterv(mine, src, counts if r == root else None, root) is mine
+        check(mine, data(seed, 1000 + root, offs[-1], dtype)[offs[r]:offs[r + 1]], None,
+              f"scatterv root {root}")
+    # all_to_allv: rank i sends m[i][j] elements to rank j
+    m = [vcounts(seed, size, 1 + i) for i in range(size)]
+    send = [m[r][q] for q in range(size)]
+    recv = [m[q][r] for q in range(size)]
+    buf = data(seed, r, sum(send), dtype)
+    out = np.empty(sum(recv), dtype)
+    assert comm.all_to_allv(out, buf, send, recv) is out
+    parts = []
+    for q in range(size):
+        theirs = data(seed, q, sum(m[q]), dtype)
+        lo = sum(m[q][:r])
+        parts.append(theirs[lo:lo + m[q][r]])
+    check(out, np.concatenate(parts).astype(dtype), None, f"all_to_allv {m}")
+    return True
+
+
+def varsize_mismatch(comm):
+    """Ranks that disagree on counts raise CollectiveMismatchError naming the sizes."""
+    sub = C.new_group(comm, list(range(comm.size)))
+    r, n = comm.rank, comm.size
+    send = [2] * n
+    recv = [2] * n
+    recv[(r + 1) % n] = 3          # rank r+1 sends 2, rank r expects 3
+    try:
+        C.all_to_allv(sub, np.empty(sum(recv), np.int32), np.zeros(sum(send), np.int32), send,
+                      recv, timeout=30)
+        C.barrier(sub, timeout=30)
+    except CollectiveMismatchError as exc:
+        return str(exc)
+    return None
+
+
+def varsize_invalid(comm):
+    import pytest
+
+    n, r = comm.size, comm.rank
+    x = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="one per rank"):
+        C.all_gatherv(comm, np.empty(3 * n, np.float32), x, [3] * (n + 1))
+    with pytest.raises(ValueError, match="non-negative"):
+        C.all_gatherv(comm, np.empty(3 * n, np.float32), x, [-1] + [3] * (n - 1))
+    with pytest.raises(TypeError, match="ints"):
+        C.all_gatherv(comm, np.empty(3 * n, np.float32), x, [1.5] * n)
+    with pytest.raises(ValueError, match=r"buf must hold 2 elements"):
+        C.all_gatherv(comm, np.empty(2 * n, np.float32), x, [2] * n)
+    with pytest.raises(ValueError, match="out must hold"):
+        C.all_gatherv(comm, np.empty(3 * n + 1, np.float32), x, [3] * n)
+    with pytest.raises(ValueError, match="counts"):
+        C.gatherv(comm, x, np.empty(3 * n, np.float32), None, r)
+    with pytest.raises(ValueError, match="differ"):
+        own = [1] * n
+        other = list(own)
+        other[r] = 2
+        C.all_to_allv(comm, np.empty(sum(other), np.float32), np.ones(n, np.float32), own, other)
+    C.all_reduce(comm, x)  # nothing was sent: the next collective still works
+    assert np.all(x == n)
+    return True
