@@ -64,6 +64,9 @@ knob("COMMRT_RENDEZVOUS_DIR", None, str,
 knob("COMMRT_STORE_BIND", None, str,
      "Address rank 0 binds the store to under torchrun/mpirun/srun (default: loopback on one "
      "host, all interfaces across hosts).")
+knob("COMMRT_RESTART_COUNT", None, int,
+     "Which attempt of the job a rank belongs to, set by commrt-launch: 0, then 1, 2, ... "
+     "after --max-restarts restarts (TORCHELASTIC_RESTART_COUNT holds the same).")
 # -- transport -------------------------------------------------------------
 knob("COMMRT_TIMEOUT", 300.0, float, "Default deadline in seconds of every blocking call.")
 knob("COMMRT_TRANSPORT", "auto", str,

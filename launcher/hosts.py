@@ -23,6 +23,8 @@ class Placement:
     host: str
     local_rank: int
     local_size: int
+    cross_rank: int = 0     # Horovod's: this host's place among the hosts that have a rank
+    cross_size: int = 1     # with this local_rank, and how many such hosts there are
 
 
 class HostSpecError(ValueError):
@@ -86,14 +88,19 @@ def place(nprocs: int, hosts: List[Host]) -> List[Placement]:
     if nprocs > total:
         raise HostSpecError(f"-n {nprocs} ranks but the hosts have only {total} slots "
                             f"({', '.join(f'{h.name}:{h.slots}' for h in hosts)})")
-    placements, rank = [], 0
+    counts, rank = [], 0
     for host in hosts:
         count = min(host.slots, nprocs - rank)
+        if count:
+            counts.append((host.name, count))
+        rank += count
+    placements, rank = [], 0
+    for index, (name, count) in enumerate(counts):
         for local in range(count):
-            placements.append(Placement(rank, host.name, local, count))
+            cross_rank = sum(1 for _, c in counts[:index] if c > local)
+            cross_size = sum(1 for _, c in counts if c > local)
+            placements.append(Placement(rank, name, local, count, cross_rank, cross_size))
             rank += 1
-        if rank == nprocs:
-            break
     return placements
 
 

@@ -11,10 +11,16 @@ only the launcher, which forwards it once.  Ranks die with the launcher
 (PR_SET_PDEATHSIG), even if it is killed with SIGKILL.
 
 Stopping: on the first rank that fails (non-zero exit or a signal), on a
-signal to the launcher, or at --timeout, every other rank's group gets
-SIGTERM (or the signal the launcher got), then SIGKILL after ``grace``
-seconds.  When every rank has exited, each group gets a SIGKILL for any
-process the rank left behind.
+signal to the launcher, at --timeout, or when a rank has not reached the
+store by --start-timeout, every other rank's group gets SIGTERM (or the
+signal the launcher got), then SIGKILL after ``grace`` seconds.  When every
+rank has exited, each group gets a SIGKILL for any process the rank left
+behind.
+
+Restarts (--max-restarts, torchrun's): a job stopped by a failed rank runs
+again from the start, as a new Job (a fresh store and secret, so nothing of
+the failed attempt is seen), with COMMRT_RESTART_COUNT and
+TORCHELASTIC_RESTART_COUNT one higher; --timeout bounds all attempts.
 """
 import ctypes
 import os
@@ -58,6 +64,12 @@ class JobSpec:
     grace: float = 2.0
     verbose: bool = False
     timeline: Optional[str] = None          # merged Chrome trace to write at the end
+    start_timeout: Optional[float] = None   # every rank in the store by then, or stop
+    max_restarts: int = 0                   # whole-job restarts after a failed rank
+    tag_output: bool = False                # mpirun's [1,K]<stdout>: tags
+    timestamps: bool = False
+    output_dir: Optional[str] = None        # mpirun's --output-filename DIR
+    output_to_terminal: bool = True
 
 
 @dataclass
@@ -73,16 +85,29 @@ class Rank:
 
 
 def run(spec: JobSpec) -> int:
-    """Run the job to its end; returns the launcher's exit code."""
-    return Job(spec).run()
+    """Run the job to its end, restarting it after a failed rank up to
+    spec.max_restarts times; returns the launcher's exit code."""
+    deadline = None if spec.timeout is None else time.monotonic() + spec.timeout
+    for attempt in range(spec.max_restarts + 1):
+        job = Job(spec, attempt=attempt, deadline=deadline)
+        code = job.run()
+        if code == 0 or job.failed is None or attempt == spec.max_restarts:
+            return code
+        _note(f"restarting the job: restart {attempt + 1} of {spec.max_restarts}")
+    return code
 
 
 class Job:
-    def __init__(self, spec):
+    def __init__(self, spec, attempt=0, deadline=None):
         self.spec = spec
+        self.attempt = attempt
+        self.deadline = deadline    # of --timeout, over all attempts
         self.placements = hostmod.place(spec.nprocs, spec.hosts)
         self.ranks = [Rank(p, remote=not hostmod.is_local(p.host)) for p in self.placements]
-        self.router = OutputRouter(spec.prefix, spec.log_dir)
+        self.router = OutputRouter(spec.prefix, spec.log_dir,
+                                   tag="mpirun" if spec.tag_output else "rank",
+                                   timestamps=spec.timestamps, output_dir=spec.output_dir,
+                                   to_terminal=spec.output_to_terminal, append=attempt > 0)
         self.secret = auth.new_secret()
         self.failed = None          # the first rank that failed: the root cause
         self.stop_reason = None     # why we are stopping, if we are
@@ -178,7 +203,11 @@ class Job:
             "COMMRT_STORE_ADDR": self.remote_store if r.remote else self.local_store,
             "RANK": str(p.rank), "WORLD_SIZE": str(self.spec.nprocs),
             "LOCAL_RANK": str(p.local_rank), "LOCAL_WORLD_SIZE": str(p.local_size),
+            "COMMRT_RESTART_COUNT": str(self.attempt),
+            "TORCHELASTIC_RESTART_COUNT": str(self.attempt),
+            "TORCHELASTIC_MAX_RESTARTS": str(self.spec.max_restarts),
         }
+        env.update(horovod_env(p, self.spec.nprocs))
         if not r.remote:
             env["COMMRT_SECRET_FILE"] = self.secret_file
         if self.spec.timeline:
@@ -242,7 +271,9 @@ class Job:
         sel.register(wake_r, selectors.EVENT_READ, None)
         for fd in self.pipes:
             sel.register(fd, selectors.EVENT_READ, fd)
-        deadline = None if self.spec.timeout is None else time.monotonic() + self.spec.timeout
+        deadline = self.deadline
+        start_by = (None if self.spec.start_timeout is None
+                    else time.monotonic() + self.spec.start_timeout)
         drain_until = None
         while self.pipes or self._alive():
             now = time.monotonic()
@@ -250,7 +281,7 @@ class Job:
                 drain_until = drain_until or now + _DRAIN_S
                 if now >= drain_until:
                     break
-            for key, _ in sel.select(self._next_wait(now, deadline, drain_until)):
+            for key, _ in sel.select(self._next_wait(now, deadline, drain_until, start_by)):
                 if key.data is None:
                     self._on_signals(wake_r)
                 else:
@@ -260,17 +291,37 @@ class Job:
             if deadline is not None and now >= deadline and self.stop_reason is None:
                 self._stop(f"the job ran past --timeout {self.spec.timeout:g} s", signal.SIGTERM,
                            code=124)
+            if start_by is not None and now >= start_by:
+                start_by = None
+                self._check_started()
             if self.kill_at is not None and now >= self.kill_at:
                 self._signal_all(signal.SIGKILL)
                 self.kill_at = None
         sel.close()
 
-    def _next_wait(self, now, deadline, drain_until):
+    def _next_wait(self, now, deadline, drain_until, start_by=None):
         wait = 1.0  # also a safety net should a SIGCHLD be missed
-        for t in (deadline if self.stop_reason is None else None, self.kill_at, drain_until):
+        for t in (deadline if self.stop_reason is None else None, self.kill_at, drain_until,
+                  start_by if self.stop_reason is None else None):
             if t is not None:
                 wait = min(wait, max(t - now, 0.0))
         return wait
+
+    def _check_started(self):
+        """--start-timeout has passed: every rank still running must have
+        marked itself joined in the store (commrt.init does, first thing)."""
+        if self.stop_reason is not None:
+            return
+        joined = self._joined()
+        late = [r.rank for r in self.ranks if r.returncode is None and str(r.rank) not in joined]
+        if late:
+            self._stop(f"rank(s) {', '.join(map(str, late))} did not reach the store within "
+                       f"--start-timeout {self.spec.start_timeout:g} s", signal.SIGTERM, code=124)
+
+    def _joined(self):
+        from commrt.rendezvous.bootstrap import JOINED_KEY
+
+        return {k.rsplit("/", 1)[1] for k in self.server.keys(JOINED_KEY + "/")}
 
     def _on_signals(self, wake_r):
         try:
@@ -407,9 +458,7 @@ class Job:
             os.rmdir(self.tmpdir)
 
     def _never_joined(self):
-        from commrt.rendezvous.bootstrap import JOINED_KEY
-
-        joined = {k.rsplit("/", 1)[1] for k in self.server.keys(JOINED_KEY + "/")}
+        joined = self._joined()
         if not joined:
             return []  # the program does not use commrt's store at all
         return [r.rank for r in self.ranks if str(r.rank) not in joined]
@@ -478,6 +527,15 @@ def merge_timelines(out, paths):
         json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
     os.replace(tmp, out)
     return sum(1 for e in events if e.get("ph") == "X")
+
+
+def horovod_env(p, size):
+    """The variables horovodrun gives a rank (Horovod's rank, local and cross
+    communicators: the cross one groups the ranks of one local rank)."""
+    return {"HOROVOD_RANK": str(p.rank), "HOROVOD_SIZE": str(size),
+            "HOROVOD_LOCAL_RANK": str(p.local_rank), "HOROVOD_LOCAL_SIZE": str(p.local_size),
+            "HOROVOD_CROSS_RANK": str(p.cross_rank), "HOROVOD_CROSS_SIZE": str(p.cross_size),
+            "HOROVOD_HOSTNAME": p.host}
 
 
 def omp_share(local_ranks):

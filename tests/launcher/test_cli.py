@@ -14,14 +14,19 @@ def test_help_documents_every_option():
     out = launch(["--help"])
     assert out.returncode == 0
     for option in ("-n", "-m", "--hosts", "--hostfile", "--ssh-cmd", "--timeout", "--no-prefix",
-                   "--log-dir", "--env", "--bind", "COMMRT_RANK", "OMP_NUM_THREADS"):
+                   "--log-dir", "--env", "--bind", "COMMRT_RANK", "OMP_NUM_THREADS", "-np", "-H",
+                   "--nproc-per-node", "--standalone", "--max-restarts", "--start-timeout",
+                   "--check-build", "--tag-output", "--timestamp-output", "--output-filename",
+                   "--ssh-port", "--ssh-identity-file", "--network-interface", "HOROVOD_RANK",
+                   "TORCHELASTIC_RESTART_COUNT", "PROGRAM is read"):
         assert option in out.stdout
 
 
 @pytest.mark.parametrize("args, message", [
     (["-n", "2"], "no program to run"),
     (["-n", "0", "x.py"], "expected a positive integer"),
-    (["x.py"], "required: -n"),
+    (["x.py"], "how many ranks?"),
+    (["-n", "2", "nosuch.py"], "'nosuch.py': no such file"),
     (["-n", "3", "--hosts", "a:1,b:1", "x.py"], "-n 3 ranks but the hosts have only 2 slots"),
     (["-n", "1", "--hosts", "a:zero", "x.py"], "slots must be a positive integer"),
     (["-n", "1", "--env", "NOEQUALS", "x.py"], "expected NAME=VALUE"),
