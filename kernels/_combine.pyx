@@ -5,7 +5,8 @@ from C (the small all-reduce's persistent exchange chain).
 ``combine_address(op, dtype, src_first=False)`` is the address of a C
 function ``void f(void *dst, const void *src, int64_t n)`` computing
 ``dst[i] = dst[i] OP src[i]`` (``src_first``: ``src[i] OP dst[i]``), or 0
-where there is none: float16, bool, complex, logical ops and bitwise ops on
+where there is none: float16 (bfloat16 has loops: float32 arithmetic rounded
+to nearest even), bool, complex, logical ops and bitwise ops on
 floats stay with ``reduce.py``.  ``combine_into`` runs the same function from
 Python (the tests hold it against NumPy; the small path uses it when it
 finishes a call in Python, so both ways give the same bits).
@@ -25,8 +26,10 @@ cdef extern from "combine.h":
 
 OPS = ("sum", "prod", "min", "max", "band", "bor", "bxor")
 _OP_INDEX = {name: i for i, name in enumerate(OPS)}
+from commrt.kernels.bfloat16 import BFLOAT16
+
 _TYPES = [np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
-                                np.uint32, np.uint64, np.float32, np.float64)]
+                                np.uint32, np.uint64, np.float32, np.float64, BFLOAT16)]
 _TYPE_INDEX = {dt: i for i, dt in enumerate(_TYPES)}
 
 

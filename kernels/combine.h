@@ -68,6 +68,50 @@ CMRT_INT(uint64_t, u8)
 CMRT_ARITH(float, f4)
 CMRT_ARITH(double, f8)
 
+/* bfloat16, stored as uint16 (the upper half of a float32): widen exactly,
+ * one float32 operation, round to nearest even (any NaN becomes 0x7FC0), as
+ * torch's c10::BFloat16 does; MIN/MAX pick one operand's bits, so nothing is
+ * rounded there at all. */
+static inline float cmrt_bf16_widen(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+static inline uint16_t cmrt_bf16_narrow(float f) {
+    union { uint32_t u; float f; } v;
+    v.f = f;
+    if (f != f)
+        return 0x7FC0;
+    return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
+}
+#define CMRT_BF16_ARITH(OPN, DIR, LEFT, RIGHT)                                  \
+    CMRT_CLONES static void cmrt_##OPN##_bf16_##DIR(void *d, const void *s, int64_t n) { \
+        uint16_t *x = (uint16_t *)d;                                            \
+        const uint16_t *y = (const uint16_t *)s;                                \
+        for (int64_t i = 0; i < n; i++) {                                       \
+            float a = cmrt_bf16_widen(LEFT[i]), b = cmrt_bf16_widen(RIGHT[i]);  \
+            x[i] = cmrt_bf16_narrow(CMRT_##OPN(a, b));                          \
+        }                                                                       \
+    }
+#define CMRT_BF16_PICK(OPN, DIR, LEFT, RIGHT)                                   \
+    CMRT_CLONES static void cmrt_##OPN##_bf16_##DIR(void *d, const void *s, int64_t n) { \
+        uint16_t *x = (uint16_t *)d;                                            \
+        const uint16_t *y = (const uint16_t *)s;                                \
+        for (int64_t i = 0; i < n; i++) {                                       \
+            uint16_t p = LEFT[i], q = RIGHT[i];                                 \
+            float a = cmrt_bf16_widen(p), b = cmrt_bf16_widen(q);               \
+            x[i] = CMRT_##OPN##_LEFT(a, b) ? p : q;                             \
+        }                                                                       \
+    }
+/* which operand MIN/MAX return: the left one exactly when the float macros do */
+#define CMRT_MIN_LEFT(a, b) ((a) < (b) || (a) != (a))
+#define CMRT_MAX_LEFT(a, b) ((a) > (b) || (a) != (a))
+#define CMRT_BF16_PAIR(OPN, KIND) CMRT_BF16_##KIND(OPN, fwd, x, y) CMRT_BF16_##KIND(OPN, rev, y, x)
+CMRT_BF16_PAIR(SUM, ARITH)
+CMRT_BF16_PAIR(PROD, ARITH)
+CMRT_BF16_PAIR(MIN, PICK)
+CMRT_BF16_PAIR(MAX, PICK)
+
 /* operations, in this order: sum prod min max band bor bxor */
 #define CMRT_N_OPS 7
 #define CMRT_ROW(TN, DIR) {cmrt_SUM_##TN##_##DIR, cmrt_PROD_##TN##_##DIR,           \
@@ -77,15 +121,15 @@ CMRT_ARITH(double, f8)
 #define CMRT_FROW(TN, DIR) {cmrt_SUM_##TN##_##DIR, cmrt_PROD_##TN##_##DIR,          \
                             cmrt_MIN_##TN##_##DIR, cmrt_MAX_##TN##_##DIR, NULL, NULL, NULL}
 
-/* dtypes: i1 i2 i4 i8 u1 u2 u4 u8 f4 f8 */
-#define CMRT_N_TYPES 10
+/* dtypes: i1 i2 i4 i8 u1 u2 u4 u8 f4 f8 bf16 */
+#define CMRT_N_TYPES 11
 static const cmrt_combine_fn cmrt_table[2][CMRT_N_TYPES][CMRT_N_OPS] = {
     {CMRT_ROW(i1, fwd), CMRT_ROW(i2, fwd), CMRT_ROW(i4, fwd), CMRT_ROW(i8, fwd),
      CMRT_ROW(u1, fwd), CMRT_ROW(u2, fwd), CMRT_ROW(u4, fwd), CMRT_ROW(u8, fwd),
-     CMRT_FROW(f4, fwd), CMRT_FROW(f8, fwd)},
+     CMRT_FROW(f4, fwd), CMRT_FROW(f8, fwd), CMRT_FROW(bf16, fwd)},
     {CMRT_ROW(i1, rev), CMRT_ROW(i2, rev), CMRT_ROW(i4, rev), CMRT_ROW(i8, rev),
      CMRT_ROW(u1, rev), CMRT_ROW(u2, rev), CMRT_ROW(u4, rev), CMRT_ROW(u8, rev),
-     CMRT_FROW(f4, rev), CMRT_FROW(f8, rev)},
+     CMRT_FROW(f4, rev), CMRT_FROW(f8, rev), CMRT_FROW(bf16, rev)},
 };
 
 /* the function for (op, dtype, order), or NULL where there is none */

@@ -22,11 +22,15 @@ Semantics are NumPy's: integers wrap; MIN/MAX propagate NaN; logical ops
 store 0/1 in the array's dtype; on bool, sum is ``or`` and prod is ``and``;
 bitwise ops reject floats.  Float16 is combined in float32 and rounded once
 per step; ``reduce_into_many`` keeps a float32 accumulator across all its
-sources and rounds once at the end.
+sources and rounds once at the end.  bfloat16 (``kernels.bfloat16.BFLOAT16``,
+NumPy has no such type) follows the same rules: float32 arithmetic rounded to
+nearest even (the C combine loops; ``reference_reduce_into`` is NumPy).
 
 Arrays must be the same size; ``dst`` and ``src`` must not partly overlap.
 """
 import numpy as np
+
+from commrt.kernels.bfloat16 import BFLOAT16, narrow_into, widen
 
 OPS = ("sum", "prod", "min", "max", "land", "lor", "band", "bor", "bxor")
 
@@ -67,7 +71,7 @@ def check_op_dtype(op, dtype):
     """The kernel op to apply to ``dtype`` for ``op``; TypeError where it has no meaning."""
     name = canonical_op(op)
     dt = np.dtype(dtype)
-    kind = dt.kind
+    kind = "f" if dt == BFLOAT16 else dt.kind
     if kind == "b":
         return _BOOL_ALIAS.get(name, name)
     if kind in "iu":
@@ -86,12 +90,38 @@ def reference_reduce_into(dst, src, op="sum"):
     """The oracle: ``dst = dst OP src`` with NumPy ufuncs (float16 computed in float32)."""
     name = check_op_dtype(op, dst.dtype)
     ufunc = UFUNCS[name]
+    if dst.dtype == BFLOAT16:
+        return _bf16_reference(dst, src, name)
     if dst.dtype == _F16 and name in ("sum", "prod"):
         acc = dst.astype(np.float32)
         ufunc(acc, src, out=acc)
         dst[...] = acc
     else:
         ufunc(dst, src, out=dst, casting="unsafe")
+    return dst
+
+
+def _bf16_reference(dst, src, name):
+    a, b = widen(dst), widen(src)
+    if name in ("min", "max"):      # one operand's bits, chosen as np.minimum/maximum would
+        left = (a < b if name == "min" else a > b) | (a != a)
+        d = dst.view(np.uint16).reshape(-1)
+        d[...] = np.where(left, d, src.view(np.uint16).reshape(-1))
+        return dst
+    narrow_into(dst, UFUNCS[name](a, b, dtype=np.float32))
+    return dst
+
+
+def _bf16_reduce_into(dst, src, name):
+    from commrt.kernels._combine import combine_into
+
+    if src.dtype != BFLOAT16:
+        raise TypeError(f"reduce_into: dst is bfloat16, src is {src.dtype}")
+    if src.size != dst.size:
+        raise ValueError(f"reduce_into: dst has {dst.size} elements, src has {src.size}")
+    if name in ("land", "lor") or not (dst.flags.c_contiguous and src.flags.c_contiguous):
+        return _bf16_reference(dst, src, name)
+    combine_into(dst.reshape(-1), src.reshape(-1), name)
     return dst
 
 
@@ -169,6 +199,8 @@ def _cpu_reduce_into(dst, src, op, parallel):
     name, ufunc = _slow_plan(op, dst.dtype)
     if not isinstance(src, _ndarray):
         raise TypeError(f"reduce_into: dst is a numpy array, src is {type(src).__name__}")
+    if dst.dtype == BFLOAT16:
+        return _bf16_reduce_into(dst, src, name)
     if src.size != dst.size:
         raise ValueError(f"reduce_into: dst has {dst.size} elements, src has {src.size}")
     fast = _FAST.get(op, {}).get(dst.dtype)
@@ -268,17 +300,21 @@ def reduce_into_many(dst, srcs, op="sum", *, parallel=None):
     d = dst.reshape(-1)
     ss = [s.reshape(-1) for s in srcs]
     n = d.size
-    if d.dtype == _F16 and name in ("sum", "prod"):
+    if d.dtype in (_F16, BFLOAT16) and name in ("sum", "prod"):
         ufunc = UFUNCS[name]
         step = _BLOCK_BYTES // 4
         acc = np.empty(min(step, n), np.float32)
+        tmp = np.empty(min(step, n), np.float32)
         for lo in range(0, n, step):
             hi = min(n, lo + step)
             a = acc[: hi - lo]
-            a[...] = d[lo:hi]
+            _to_f32(a, d[lo:hi], tmp)
             for s in ss:
-                ufunc(a, s[lo:hi], out=a)
-            d[lo:hi] = a
+                ufunc(a, _to_f32(tmp[: hi - lo], s[lo:hi]), out=a)
+            if d.dtype == BFLOAT16:
+                narrow_into(d[lo:hi], a)
+            else:
+                d[lo:hi] = a
         return dst
     step = max(1, _BLOCK_BYTES // d.itemsize)
     if n <= step or (parallel is not False and d.nbytes >= _parallel_min_bytes()):
@@ -293,8 +329,21 @@ def reduce_into_many(dst, srcs, op="sum", *, parallel=None):
     return dst
 
 
+def _to_f32(out, x, _=None):
+    """out (float32) = x (float16 or bfloat16); returns out."""
+    if x.dtype == BFLOAT16:
+        widen(x, out)
+    else:
+        out[...] = x
+    return out
+
+
 def scale_into(buf, n):
     """Finish an average: ``buf /= n`` in place (floor division for integers)."""
+    if buf.dtype == BFLOAT16:
+        if n != 1:
+            narrow_into(buf, widen(buf) / np.float32(n))
+        return buf
     kind = np.dtype(buf.dtype).kind
     if kind == "b":
         raise TypeError("avg is not defined for bool")
@@ -317,7 +366,13 @@ def cast_into(dst, src):
     if dst.size != src.size:
         raise ValueError(f"cast_into: dst has {dst.size} elements, src has {src.size}")
     if isinstance(dst, _ndarray):
-        np.copyto(dst.reshape(-1), np.asarray(src).reshape(-1), casting="unsafe")
+        s = np.asarray(src).reshape(-1)
+        if s.dtype == BFLOAT16:
+            s = widen(s)
+        if dst.dtype == BFLOAT16:
+            narrow_into(dst, s.astype(np.float32, copy=False))
+        else:
+            np.copyto(dst.reshape(-1), s, casting="unsafe")
         return dst
     _device_module(dst).cast_into(dst, src)
     return dst

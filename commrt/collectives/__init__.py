@@ -23,8 +23,10 @@ methods delegate here with the same arguments:
     new_group(comm, ranks) -> Communicator | None
 
 Buffers are contiguous NumPy arrays, reduced in place where the collective
-has one buffer; CuPy and Numba device arrays are staged through host
-memory.  The ``v`` collectives take per-rank element counts (blocks packed in
+has one buffer, or anything else the one buffer function takes
+(commrt.transport.buffers.describe: torch tensors once commrt.torch is
+imported, DLPack, the buffer protocol); CuPy and Numba device arrays are
+staged through host memory.  The ``v`` collectives take per-rank element counts (blocks packed in
 rank order; zero counts allowed): all_gatherv's counts are the same list on
 every rank, gatherv's and scatterv's are needed at the root only (another
 rank's block is its own buf / out), all_to_allv's send_counts[q] must equal
@@ -56,6 +58,9 @@ from commrt.collectives import _small
 from commrt.collectives._engine import Call, CollRequest, execute, state_of  # noqa: F401
 from commrt.collectives.ops import AVG, SUM, ReduceOp
 from commrt.errors import CollectiveMismatchError
+from commrt.kernels.bfloat16 import BFLOAT16
+from commrt.transport.buffers import describe as _describe
+from commrt.transport.buffers import host_array as _host_array
 
 _ndarray = np.ndarray
 
@@ -80,34 +85,12 @@ def _noop():
 
 
 def _host(buf, name, write_back):
-    """(flat host array, finish) for a buffer; finish() copies staged data back."""
-    if isinstance(buf, np.ndarray):
-        if not (buf.flags.c_contiguous or buf.flags.f_contiguous):
-            raise ValueError(f"{name} must be contiguous (pass np.ascontiguousarray({name}) "
-                             f"and copy the result back)")
-        if write_back and not buf.flags.writeable:
-            raise ValueError(f"{name} is read-only")
-        return buf.reshape(-1, order="A"), _noop
-    mod = type(buf).__module__
-    if mod.startswith("cupy"):
-        import cupy
-
-        host = cupy.asnumpy(buf).reshape(-1, order="A")
-
-        def finish():
-            if host.size:
-                buf[...] = cupy.asarray(host.reshape(buf.shape, order="A"))
-        return host, (finish if write_back else _noop)
-    if ((hasattr(buf, "__cuda_array_interface__") or mod.startswith("numba.cuda"))
-            and hasattr(buf, "copy_to_host")):  # Numba device arrays (and the simulator's)
-        host = buf.copy_to_host().reshape(-1, order="A")
-
-        def finish():
-            if host.size:
-                buf.copy_to_device(host.reshape(buf.shape, order="A"))
-        return host, (finish if write_back else _noop)
-    raise TypeError(f"{name} must be a NumPy array (or a CuPy / Numba device array), "
-                    f"not {type(buf).__name__}")
+    """(flat host array, finish) for a buffer; finish() copies staged data back.
+    NumPy arrays here; everything else through the one buffer function."""
+    if isinstance(buf, _ndarray):
+        return _host_array(buf, write_back, name), _noop
+    desc = _describe(buf, write_back, name)
+    return desc.array, (desc.finish if write_back and desc.finish is not None else _noop)
 
 
 def _check_root(comm, root):
@@ -135,7 +118,7 @@ def _make_reducer(comm, st, op, dtype):
     from commrt.kernels.reduce import check_op_dtype, reduce_into, reduce_into_many
 
     op = ReduceOp.parse(op)
-    if op is AVG and np.dtype(dtype).kind not in "iufc":
+    if op is AVG and np.dtype(dtype).kind not in "iufc" and dtype != BFLOAT16:
         raise TypeError(f"AVG is not defined for dtype {np.dtype(dtype)}")
     kop = check_op_dtype(op.kernel, dtype)
     parallel = st.cache.get("parallel", 0)

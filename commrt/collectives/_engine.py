@@ -42,6 +42,7 @@ import numpy as np
 from commrt import config
 from commrt.errors import (CollectiveMismatchError, CommError, CommTimeoutError,
                            MessageTruncatedError, PeerLostError)
+from commrt.kernels.bfloat16 import BFLOAT16
 
 TAG = 7
 PROBE_TAG = 8
@@ -60,7 +61,7 @@ ALGO_CODE = {a: i for i, a in enumerate(ALGOS)}
 
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
                                 np.uint16, np.uint32, np.uint64, np.float16, np.float32,
-                                np.float64, np.complex64, np.complex128)]
+                                np.float64, np.complex64, np.complex128)] + [BFLOAT16]
 DTYPE_CODE = {d: i + 1 for i, d in enumerate(DTYPES)}
 
 OP_NAMES = ("-", "SUM", "PROD", "MIN", "MAX", "AVG", "LAND", "LOR", "BAND", "BOR", "BXOR")

@@ -1,13 +1,136 @@
-"""Buffers that do not expose the buffer protocol: DLPack and
-``__cuda_array_interface__`` (GPU) arrays.
+"""The one buffer function of commrt (DESIGN.md "Buffers").
 
-The compiled core takes host memory through the buffer protocol directly
-(the fast path).  Anything else comes here and is staged through a host
-NumPy array: ``stage(obj, writable)`` returns ``(host, copy_back)``; for a
-receive, ``copy_back()`` moves the received bytes into ``obj`` once the
-request completes.  There is no device-direct path yet.
+``describe(obj, writable, name)`` turns anything commrt can move into a
+``Buffer``: a flat, typed, C-contiguous host NumPy array holding obj's bytes
+(``array``; ``pointer``, ``nbytes`` and ``dtype`` read from it), the device
+the data lives on, the owner (obj itself, kept alive with the Buffer), and
+``finish``: None, or a callable that copies the staged bytes back into obj
+once a receive or a collective that writes obj has completed.
+
+Accepted, in this order:
+  NumPy arrays                 zero copy
+  registered types             an adapter (``register``): commrt.torch registers
+                               torch.Tensor (zero copy for contiguous CPU tensors,
+                               bfloat16 included); nothing here imports torch
+  __cuda_array_interface__     CuPy / Numba device arrays, staged through host memory
+  DLPack (__dlpack__)          CPU arrays zero copy through np.from_dlpack
+  the buffer protocol          bytes, bytearray, memoryview, array.array: zero copy
+
+A non-contiguous array is refused with a clear error (an adapter may instead
+make an explicit copy and copy it back in ``finish``); a read-only one cannot
+be written.  Point-to-point takes buffer-protocol objects straight in C
+(``_core.pyx``) and comes here for everything else (``stage``); the
+collectives take NumPy arrays straight and come here for everything else.
 """
 import numpy as np
+
+__all__ = ["Buffer", "describe", "register", "stage"]
+
+
+class Buffer:
+    """A host view of a caller's buffer; see the module text."""
+    __slots__ = ("array", "device", "owner", "finish")
+
+    def __init__(self, array, device, owner, finish=None):
+        self.array, self.device, self.owner, self.finish = array, device, owner, finish
+
+    @property
+    def pointer(self):
+        return self.array.ctypes.data
+
+    @property
+    def nbytes(self):
+        return self.array.nbytes
+
+    @property
+    def dtype(self):
+        return self.array.dtype
+
+    def __repr__(self):
+        return (f"<Buffer {self.array.size} x {self.dtype} ({self.nbytes} bytes) on "
+                f"{self.device}, {'staged' if self.finish else 'in place'}>")
+
+
+_ADAPTERS = {}          # type -> adapter(obj, writable, name) -> Buffer
+
+
+def register(type_, adapter):
+    """Let ``describe`` hand objects of type_ (and its subclasses) to adapter."""
+    _ADAPTERS[type_] = adapter
+    _LOOKUP.clear()
+
+
+_LOOKUP = {}            # concrete type -> adapter or None (memoised MRO walk)
+
+
+def _adapter(tp):
+    try:
+        return _LOOKUP[tp]
+    except KeyError:
+        pass
+    found = None
+    for base in tp.__mro__:
+        found = _ADAPTERS.get(base)
+        if found is not None:
+            break
+    _LOOKUP[tp] = found
+    return found
+
+
+def describe(obj, writable, name="buf"):
+    """obj as a Buffer (see the module text); TypeError or ValueError naming `name`."""
+    if isinstance(obj, np.ndarray):
+        return Buffer(host_array(obj, writable, name), "cpu", obj)
+    adapter = _adapter(type(obj))
+    if adapter is not None:
+        return adapter(obj, writable, name)
+    if hasattr(obj, "__cuda_array_interface__") or (
+            type(obj).__module__.startswith("numba.cuda") and hasattr(obj, "copy_to_host")):
+        return _stage_cuda(obj, writable, name)
+    if hasattr(obj, "__dlpack__"):
+        return _dlpack(obj, writable, name)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"{name}: a {type(obj).__name__} is not a buffer: expected a NumPy "
+                        f"array, a torch tensor, or an object with the buffer protocol, DLPack "
+                        f"or __cuda_array_interface__") from None
+    if not view.contiguous:
+        raise ValueError(f"{name}: a non-contiguous buffer cannot be sent or received in place; "
+                         f"pass a contiguous copy")
+    if writable and view.readonly:
+        raise ValueError(f"{name} is read-only")
+    try:
+        arr = np.frombuffer(view, dtype=np.dtype(view.format) if view.format else np.uint8)
+    except (TypeError, ValueError):
+        arr = np.frombuffer(view.cast("B"), np.uint8)
+    return Buffer(arr, "cpu", obj)
+
+
+def host_array(a, writable, name="buf"):
+    """A NumPy array's flat view, after the contiguity and writability checks."""
+    if not (a.flags.c_contiguous or a.flags.f_contiguous):
+        raise ValueError(f"{name} must be contiguous: a non-contiguous array cannot be sent, "
+                         f"received or reduced in place (pass np.ascontiguousarray({name}) and "
+                         f"copy the result back)")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return a.reshape(-1, order="A")
+
+
+def stage(obj, writable):
+    """For point-to-point: (contiguous host array with obj's bytes, copy-back or None)."""
+    buf = describe(obj, writable)
+    return buf.array, buf.finish
+
+
+def _dlpack(obj, writable, name):
+    try:
+        host = np.from_dlpack(obj)
+    except (BufferError, RuntimeError, TypeError) as exc:
+        raise ValueError(f"{name}: cannot read this DLPack array from the host: {exc} (a "
+                         f"bfloat16 torch tensor needs `import commrt.torch`)") from None
+    return Buffer(host_array(host, writable, name), "cpu", obj)
 
 
 def _cupy():
@@ -18,49 +141,34 @@ def _cupy():
     return cupy
 
 
-def stage(obj, writable):
-    """A contiguous host array holding obj's bytes, and a copy-back callable (or None)."""
-    if hasattr(obj, "__cuda_array_interface__"):
-        return _stage_cuda(obj, writable)
-    if hasattr(obj, "__dlpack__"):
-        try:
-            host = np.from_dlpack(obj)
-        except (BufferError, RuntimeError, TypeError) as exc:
-            raise ValueError(f"buf: cannot read this DLPack array from the host: {exc}") from None
-        if not host.flags.c_contiguous and not host.flags.f_contiguous:
-            raise ValueError("buf: a non-contiguous DLPack array cannot be sent or received in "
-                             "place; pass a contiguous copy")
-        if writable and not host.flags.writeable:
-            raise ValueError("buf: a read-only DLPack array cannot receive data")
-        return host.reshape(-1).view(np.uint8), None
-    raise TypeError(f"buf: a {type(obj).__name__} is not a buffer: expected an object with the "
-                    f"buffer protocol, DLPack or __cuda_array_interface__ (e.g. a NumPy array)")
-
-
-def _stage_cuda(obj, writable):
-    iface = obj.__cuda_array_interface__
+def _stage_cuda(obj, writable, name):
+    iface = getattr(obj, "__cuda_array_interface__", None) or {
+        "shape": obj.shape, "typestr": obj.dtype.str, "data": (0, False)}  # CUDA simulator
     strides = iface.get("strides")
     shape = tuple(iface["shape"])
-    itemsize = np.dtype(iface["typestr"]).itemsize
-    if strides is not None and strides != _c_strides(shape, itemsize):
-        raise ValueError("buf: a non-contiguous GPU array cannot be sent or received in place; "
-                         "pass a contiguous copy")
+    dtype = np.dtype(iface["typestr"])
+    if strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize):
+        raise ValueError(f"{name}: a non-contiguous GPU array cannot be sent or received in "
+                         f"place; pass a contiguous copy")
     if writable and iface["data"][1]:
-        raise ValueError("buf: a read-only GPU array cannot receive data")
+        raise ValueError(f"{name}: a read-only GPU array cannot receive data")
+    if hasattr(obj, "copy_to_host") and not type(obj).__module__.startswith("cupy"):
+        host = obj.copy_to_host().reshape(-1)          # Numba device arrays (and the simulator's)
+
+        def back_numba():
+            if host.size:
+                obj.copy_to_device(host.reshape(shape))
+        return Buffer(host, "cuda", obj, back_numba if writable else None)
     cupy = _cupy()
     if cupy is None:
-        raise TypeError("buf: GPU arrays need CuPy for staging through host memory")
+        raise TypeError(f"{name}: GPU arrays need CuPy for staging through host memory")
     dev = cupy.asarray(obj)
-    nbytes = dev.nbytes
-    host = np.empty(nbytes, dtype=np.uint8)
-    if not writable:
-        host[:] = cupy.asnumpy(dev.reshape(-1).view(cupy.uint8))
-        return host, None
+    host = cupy.asnumpy(dev).reshape(-1)
 
-    def copy_back():
-        dev.reshape(-1).view(cupy.uint8).set(host)
-
-    return host, copy_back
+    def back_cupy():
+        if host.size:
+            dev[...] = cupy.asarray(host.reshape(shape))
+    return Buffer(host, "cuda", obj, back_cupy if writable else None)
 
 
 def _c_strides(shape, itemsize):
