@@ -118,6 +118,23 @@ knob("COMMRT_SWITCH_INTERVAL_US", 500.0, float,
 knob("COMMRT_COLL_PROBE_S", 1.0, float,
      "Seconds a collective waits before probing its peers for a mismatched call (deadlock check).")
 knob("COMMRT_TIMELINE", "", str, "Record a Chrome-trace timeline of this rank to this path (`{rank}` becomes the rank); commrt-launch --timeline sets it per rank.")
+# -- Horovod API (commrt.horovod; Horovod's own names, read only by that layer) --------
+knob("HOROVOD_FUSION_THRESHOLD", 128 << 20, _size,
+     "Bytes of one fusion buffer: ready allreduces of one dtype and op are packed into "
+     "buffers of at most this size and reduced together; 0 turns fusion off.")
+knob("HOROVOD_CYCLE_TIME", 1.0, float,
+     "Milliseconds between the coordinator's negotiation rounds while tensors are pending "
+     "(ops submitted within one cycle fuse).")
+knob("HOROVOD_CACHE_CAPACITY", 1024, int,
+     "Entries of the response cache (a steady step skips negotiation); 0 turns it off.")
+knob("HOROVOD_TIMELINE", "", str,
+     "Chrome-trace timeline of rank 0's Horovod operations, written to this path from init().")
+knob("HOROVOD_TIMELINE_MARK_CYCLES", False, _bool, "Mark each coordinator cycle in the timeline.")
+knob("HOROVOD_ELASTIC", False, _bool,
+     "Set by commrt-launch --elastic: init() takes this worker's rank from the elastic "
+     "driver's current generation.")
+knob("HOROVOD_ELASTIC_TIMEOUT", 600.0, float,
+     "Seconds an elastic worker waits in init() for the driver to form a generation with it.")
 knob("COMMRT_LOG_LEVEL", "WARNING", str, "Logging level of the commrt logger.")
 
 

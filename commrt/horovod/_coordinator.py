@@ -1,0 +1,637 @@
+"""The background coordinator: Horovod's controller, response cache and fusion.
+
+Operations are matched across ranks by name, not by call order.  A caller
+submits an Op (a kind, a name, this rank's signature and its buffers) and
+gets on with its work; one background thread per job, the only thread that
+issues collectives on the coordinator's communicators, runs rounds:
+
+1. Every rank contributes a byte vector, reduced with MIN on the process
+   set's negotiation communicator: byte 0 is 0 when some rank has requests
+   the cache does not know, byte 1 is 0 when some rank shuts down, byte
+   2+b is 1 when this rank has the request of cache entry b pending.  After
+   the reduction, entry b is ready everywhere exactly when its byte is 1:
+   a steady training step negotiates with this one small all-reduce.
+2. When byte 0 is 0, every rank all-gathers its uncached requests (name and
+   signature) and the names of its pending cache entries; every rank then
+   holds the same table of name -> {rank: signature}.  An entry present on
+   every rank that has not joined is ready: signatures that disagree fail
+   it on every rank (HorovodMismatchError), others run and enter the cache.
+3. The ready operations run in one order everywhere (cache bits ascending,
+   then table order); ready allreduces of one dtype, op and scaling are
+   packed into fusion buffers of at most HOROVOD_FUSION_THRESHOLD bytes and
+   reduced together.
+
+Every rank derives the same table, cache and join state from the same
+gathered data, so no rank ever decides alone.  Process sets have their own
+state and communicators; a rank runs the rounds of its sets in id order, so
+rounds of different sets never wait on each other in a cycle.
+
+Failure: any error in a round or a collective (a lost peer, an abort) stops
+the coordinator: every pending and later operation raises
+HorovodInternalError, and the communicators are aborted so that the other
+ranks stop too.
+"""
+import threading
+import time
+
+import numpy as np
+
+from commrt import config
+from commrt.collectives.ops import MAX, MIN, PROD, SUM
+from commrt.errors import CommError
+from commrt.horovod.errors import HorovodInternalError, HorovodMismatchError
+
+# Horovod's reduction codes (horovod.common.basics): Average 0, Sum 1, Adasum 2, Min 3, Max 4, Product 5
+AVERAGE, SUM_OP, ADASUM, MIN_OP, MAX_OP, PRODUCT = 0, 1, 2, 3, 4, 5
+_KERNEL_OP = {AVERAGE: SUM, SUM_OP: SUM, MIN_OP: MIN, MAX_OP: MAX, PRODUCT: PROD}
+_CACHEABLE = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
+IDLE_S = 0.05        # an idle rank still joins a round this often (shutdown, liveness)
+JOIN = "__join__"
+
+
+class Op:
+    """One submitted operation.  sig: what every rank must agree on (per kind,
+    see _check); bufs: this rank's arrays (reduced or broadcast in place)."""
+
+    __slots__ = ("kind", "name", "sig", "bufs", "ps", "result", "error", "event", "t0")
+
+    def __init__(self, kind, name, sig, bufs, ps):
+        self.kind, self.name, self.sig, self.bufs, self.ps = kind, name, sig, bufs, ps
+        self.result = self.error = None
+        self.event = threading.Event()
+        self.t0 = time.monotonic()
+
+    def finish(self, result=None, error=None):
+        self.result, self.error = result, error
+        self.event.set()
+
+
+class SetState:
+    """The coordinator's view of one process set (identical on its members)."""
+
+    def __init__(self, set_id, ranks, me, neg, data):
+        self.id, self.ranks = set_id, list(ranks)
+        self.size = len(self.ranks)
+        self.rank = self.ranks.index(me) if me in self.ranks else -1
+        self.neg, self.data = neg, data          # None on non-members
+        self.incoming = []                       # submitted, not yet seen by a round (lock)
+        self.inflight = set()                    # names in flight here (lock)
+        self.unsent = []                         # uncached requests for the next full round
+        self.claimed = {}                        # cache bit -> Op pending here
+        self.waiting = {}                        # name -> Op in the table
+        self.table = {}                          # name -> {rank: sig}, in insertion order
+        self.cache = []                          # bit -> (name, sigs by rank)
+        self.lookup = {}                         # (name, my sig) -> bit
+        self.by_name = {}                        # name -> bit
+        self.joined = []                         # ranks that joined, in order
+
+    @property
+    def member(self):
+        return self.rank >= 0
+
+
+class Coordinator:
+    """One per hvd.init().  world: the communicator hvd.init was given."""
+
+    def __init__(self, world, timeline=None):
+        self.world = world
+        self.rank, self.size = world.rank, world.size
+        self.threshold = config.get("HOROVOD_FUSION_THRESHOLD")
+        self.cycle_s = max(0.0, config.get("HOROVOD_CYCLE_TIME")) / 1000.0
+        self.capacity = max(0, config.get("HOROVOD_CACHE_CAPACITY"))
+        self.timeout = config.get("COMMRT_TIMEOUT")
+        self.timeline = timeline
+        self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
+        self.stopping = False
+        self.broken = None                       # HorovodInternalError once the job broke
+        self.sets = {}
+        self.next_set_id = 1
+        self._fusion = {}
+        # the global set: its own contexts for negotiation and data, split off the
+        # caller's communicator here, before the thread starts (one thread per comm)
+        neg = world.split(0)
+        data = world.split(0)
+        self.sets[0] = SetState(0, range(self.size), self.rank, neg, data)
+        self.thread = threading.Thread(target=self._main, name="horovod-coordinator",
+                                       daemon=True)
+        self.thread.start()
+
+    # ------------------------------------------------------------ caller side
+    def submit(self, kind, name, sig, bufs, set_id=0):
+        """Queue an operation -> Op (its event is set when it has finished)."""
+        with self.lock:
+            if self.broken is not None:
+                raise HorovodInternalError(str(self.broken))
+            if self.stopping:
+                raise HorovodInternalError("Horovod has been shut down")
+            ps = self.sets.get(set_id)
+            if ps is None:
+                raise ValueError(f"process set {set_id} is not registered")
+            if not ps.member:
+                raise ValueError(f"rank {self.rank} is not in process set {set_id} "
+                                 f"(ranks {ps.ranks})")
+            if ps.rank in ps.joined and kind != JOIN:
+                raise ValueError("this rank has joined: it submits nothing more until every "
+                                 "rank has joined")
+            if name in ps.inflight:
+                raise ValueError(f"Requested to {kind} a tensor with the same name as another "
+                                 f"tensor that is currently being processed: {name!r}")
+            op = Op(kind, name, sig, bufs, ps)
+            ps.inflight.add(name)
+            ps.incoming.append(op)
+            self.wake.notify()
+        if self.timeline is not None:
+            self.timeline.start(name, "NEGOTIATE_" + kind.upper())
+        return op
+
+    def wait(self, op):
+        """Block until op finished; its result, or its error raised."""
+        if not op.event.wait(self.timeout):
+            raise HorovodInternalError(f"{op.kind} {op.name!r} did not finish within "
+                                       f"COMMRT_TIMEOUT={self.timeout:g} s")
+        if op.error is not None:
+            raise op.error
+        return op.result
+
+    def stop(self):
+        """Leave the job: the round that carries the stop ends the loop everywhere."""
+        with self.lock:
+            self.stopping = True
+            self.wake.notify()
+        self.thread.join(self.timeout)
+        self._fail_all(HorovodInternalError("Horovod has been shut down"))
+
+    # ------------------------------------------------------------ the loop
+    def _main(self):
+        try:
+            while self._cycle():
+                pass
+        except BaseException as exc:             # a lost peer, an abort, a bug: the job broke
+            self._break(exc)
+
+    def _cycle(self):
+        with self.lock:
+            busy = any(ps.incoming or ps.unsent or ps.claimed or ps.waiting or ps.joined
+                       for ps in self.sets.values())
+            if not busy and not self.stopping:
+                self.wake.wait(IDLE_S)
+            stopping = self.stopping
+        if self.cycle_s and not stopping:
+            time.sleep(self.cycle_s)             # let a burst of submissions gather (fusion)
+        if self.timeline is not None:
+            self.timeline.cycle()
+        for set_id in sorted(self.sets):
+            ps = self.sets.get(set_id)
+            if ps is None or not ps.member:
+                continue
+            if not self._round(ps, stopping) and set_id == 0:
+                return False
+        return True
+
+    def _round(self, ps, stopping):
+        """One negotiation round of process set ps; False when the job stops."""
+        with self.lock:
+            new, ps.incoming = ps.incoming, []
+        use_cache = self.capacity > 0 and not ps.joined
+        for op in new:
+            bit = ps.lookup.get((op.name, op.sig)) if use_cache else None
+            if bit is None or op.kind == JOIN:
+                ps.unsent.append(op)
+            else:
+                ps.claimed[bit] = op
+        vec = np.zeros(2 + len(ps.cache), np.uint8)
+        vec[0] = 0 if (ps.unsent or (ps.claimed and not use_cache)) else 1
+        vec[1] = 0 if (stopping and ps.id == 0) else 1
+        if use_cache:
+            for bit in ps.claimed:
+                vec[2 + bit] = 1
+        ps.neg.all_reduce(vec, op=MIN)
+        ready = []
+        if use_cache:
+            for bit in np.flatnonzero(vec[2:]):
+                name, sigs = ps.cache[bit]
+                ready.append((name, sigs, ps.claimed.pop(int(bit)), None))
+        if vec[0] == 0:
+            ready += self._negotiate(ps)
+        self._run(ps, ready)
+        return vec[1] == 1
+
+    def _negotiate(self, ps):
+        """The full round: gather uncached requests, complete table entries."""
+        mine = [(op.name, op.sig, None) for op in ps.unsent]
+        mine += [(op.name, None, bit) for bit, op in ps.claimed.items()]
+        for op in ps.unsent:
+            ps.waiting[op.name] = op
+        for op in ps.claimed.values():
+            ps.waiting[op.name] = op
+        ps.unsent, ps.claimed = [], {}
+        everyone = ps.neg.all_gather_obj(mine)
+        joined_now = []
+        for r, items in enumerate(everyone):
+            for name, sig, bit in items:
+                if sig is None:
+                    sig = ps.cache[bit][1][r]
+                if name == JOIN:
+                    ps.joined.append(r)
+                    joined_now.append(r)
+                else:
+                    ps.table.setdefault(name, {})[r] = sig
+        ready = []
+        if ps.joined and len(ps.joined) == ps.size:
+            last = max(joined_now) if joined_now else ps.joined[-1]
+            ready.append((JOIN, None, ps.waiting.pop(JOIN, None), last))
+            ps.joined = []
+        active = [r for r in range(ps.size) if r not in ps.joined]
+        for name in list(ps.table):
+            sigs = ps.table[name]
+            if all(r in sigs for r in active):
+                del ps.table[name]
+                ready.append((name, sigs, ps.waiting.pop(name, None), "table"))
+        return ready
+
+    # ------------------------------------------------------------ running
+    def _run(self, ps, ready):
+        """Run the ready operations in the same order on every rank."""
+        fusable, others = [], []
+        for name, sigs, op, how in ready:
+            if name == JOIN:
+                self._done(ps, op, result=how)
+                continue
+            full = sigs if isinstance(sigs, dict) else dict(enumerate(sigs))
+            error = _check(name, full, ps)
+            if error is not None:
+                self._done(ps, op, error=HorovodMismatchError(error))
+                continue
+            if how == "table":
+                self._remember(ps, name, full)
+            if next(iter(full.values()))[0] == "allreduce":
+                fusable.append((name, full, op))
+            else:
+                others.append((name, full, op))
+        for group in self._fuse(fusable):
+            self._allreduce(ps, group)
+        for name, sigs, op in others:
+            self._timeline_begin(op, name, sigs)
+            try:
+                result = _RUNNERS[next(iter(sigs.values()))[0]](self, ps, name, sigs, op)
+            except HorovodMismatchError as exc:
+                self._done(ps, op, error=exc)
+                continue
+            self._done(ps, op, result=result)
+
+    def _remember(self, ps, name, sigs):
+        """Enter a negotiated entry in the response cache (the same on every rank)."""
+        kind = next(iter(sigs.values()))[0]
+        if kind not in _CACHEABLE or ps.joined or not self.capacity or len(sigs) != ps.size:
+            return
+        row = tuple(sigs[r] for r in range(ps.size))
+        bit = ps.by_name.get(name)
+        if bit is None:
+            if len(ps.cache) >= self.capacity:
+                return
+            bit = len(ps.cache)
+            ps.cache.append(None)
+            ps.by_name[name] = bit
+        else:
+            ps.lookup.pop((name, ps.cache[bit][1][ps.rank]), None)
+        ps.cache[bit] = (name, row)
+        ps.lookup[(name, row[ps.rank])] = bit
+
+    def _fuse(self, items):
+        """Groups of ready allreduces that reduce together: one dtype, op and scaling,
+        at most `threshold` bytes (a larger tensor goes alone)."""
+        groups, open_ = [], {}
+        for name, sigs, op in items:
+            sig = next(iter(sigs.values()))
+            key = (sig[1], sig[3], sig[4], sig[5])
+            nbytes = _nbytes(sig)
+            grp = open_.get(key)
+            if grp is None or not self.threshold or grp[1] + nbytes > self.threshold:
+                grp = open_[key] = [[], 0]
+                groups.append(grp)
+            grp[0].append((name, sigs, op))
+            grp[1] += nbytes
+        return [g[0] for g in groups]
+
+    def _allreduce(self, ps, group):
+        sig = next(iter(group[0][1].values()))
+        dtype, code, pre, post = np.dtype(sig[1]), sig[3], sig[4], sig[5]
+        arrays = []
+        for name, sigs, op in group:
+            self._timeline_begin(op, name, sigs)
+            arrays += op.bufs if op is not None else [np.zeros(s, dtype) for s in sig_shapes(sigs)]
+        total = sum(a.size for a in arrays)
+        if len(arrays) == 1:
+            flat = arrays[0].reshape(-1)
+        else:
+            flat = self._fusion_buffer(dtype, total)
+            self._activity(group, "MEMCPY_IN_FUSION_BUFFER")
+            off = 0
+            for a in arrays:
+                flat[off:off + a.size] = a.reshape(-1)
+                off += a.size
+        self._activity(group, "GLOO_ALLREDUCE")
+        _scale(flat, pre)
+        if flat.size:
+            ps.data.all_reduce(flat, op=_KERNEL_OP[code])
+        if code == AVERAGE:
+            _divide(flat, ps.size)
+        _scale(flat, post)
+        if len(arrays) > 1:
+            self._activity(group, "MEMCPY_OUT_FUSION_BUFFER")
+            off = 0
+            for a in arrays:
+                a.reshape(-1)[:] = flat[off:off + a.size]
+                off += a.size
+        for name, sigs, op in group:
+            self._done(ps, op)
+
+    def _fusion_buffer(self, dtype, n):
+        buf = self._fusion.get(dtype)
+        if buf is None or buf.size < n:
+            buf = self._fusion[dtype] = np.empty(max(n, 1024), dtype)
+        return buf[:n]
+
+    def _done(self, ps, op, result=None, error=None):
+        if op is None:                           # a joined rank took part with zeros
+            return
+        with self.lock:
+            ps.inflight.discard(op.name)
+        if self.timeline is not None:
+            self.timeline.end(op.name)
+        op.finish(result, error)
+
+    # ------------------------------------------------------------ failure
+    def _break(self, exc):
+        msg = (f"Horovod's coordinator on rank {self.rank} stopped: {type(exc).__name__}: {exc}"
+               if not isinstance(exc, HorovodInternalError) else str(exc))
+        err = HorovodInternalError(msg)
+        with self.lock:
+            self.broken = err
+        for ps in list(self.sets.values()):
+            for comm in (ps.neg, ps.data):
+                _abort(comm, msg)
+        self._fail_all(err)
+
+    def _fail_all(self, err):
+        with self.lock:
+            ops = []
+            for ps in self.sets.values():
+                ops += ps.incoming + ps.unsent + list(ps.claimed.values()) + list(ps.waiting.values())
+                ps.incoming, ps.unsent, ps.claimed, ps.waiting = [], [], {}, {}
+                ps.inflight.clear()
+        for op in ops:
+            if not op.event.is_set():
+                op.finish(error=err)
+
+    # ------------------------------------------------------------ timeline
+    def _timeline_begin(self, op, name, sigs):
+        if self.timeline is not None:
+            self.timeline.end(name)
+            self.timeline.start(name, next(iter(sigs.values()))[0].upper())
+
+    def _activity(self, group, activity):
+        if self.timeline is not None:
+            for name, _, _ in group:
+                self.timeline.activity(name, activity)
+
+
+def _abort(comm, reason):
+    if comm is None:
+        return
+    abort = getattr(comm, "abort", None) or comm._abort
+    try:
+        abort(reason)
+    except CommError:
+        pass
+
+
+# ---------------------------------------------------------------- signatures
+# allreduce:     ("allreduce", dtype, shapes, op, prescale, postscale)
+# reducescatter: ("reducescatter", dtype, shapes, op, prescale, postscale)
+# broadcast:     ("broadcast", dtype, shapes, root)
+# allgather:     ("allgather", dtype, shapes)          first dims may differ
+# alltoall:      ("alltoall", dtype, shape, splits)    first dim and splits differ
+# barrier:       ("barrier",); add_set: ("add_set", ranks); remove_set: ("remove_set", id)
+
+def sig_shapes(sigs):
+    return next(iter(sigs.values()))[2]
+
+
+def _nbytes(sig):
+    return np.dtype(sig[1]).itemsize * sum(int(np.prod(s)) for s in sig[2])
+
+
+def describe(sig):
+    kind = sig[0]
+    if kind in ("allreduce", "reducescatter"):
+        return (f"{kind} of {_dt(sig[1])} {_shape_text(sig[2])} with op {_OP_NAMES[sig[3]]}"
+                f" (prescale {sig[4]:g}, postscale {sig[5]:g})")
+    if kind == "broadcast":
+        return f"broadcast of {_dt(sig[1])} {_shape_text(sig[2])} from root {sig[3]}"
+    if kind in ("allgather", "alltoall"):
+        return f"{kind} of {_dt(sig[1])} {_shape_text(sig[2])}"
+    return kind
+
+
+def _dt(code):
+    return np.dtype(code).name
+
+
+_OP_NAMES = {AVERAGE: "Average", SUM_OP: "Sum", ADASUM: "Adasum", MIN_OP: "Min",
+             MAX_OP: "Max", PRODUCT: "Product"}
+
+
+def _shape_text(shapes):
+    if shapes and isinstance(shapes[0], tuple):
+        return ", ".join(str(tuple(s)) for s in shapes)
+    return str(tuple(shapes))
+
+
+def _check(name, sigs, ps):
+    """Why the ranks' signatures for `name` cannot run together, or None."""
+    ranks = sorted(sigs)
+    first = ranks[0]
+    a = sigs[first]
+    for r in ranks[1:]:
+        b = sigs[r]
+        if a[0] != b[0]:
+            return _mismatch(name, "operations", first, a, r, b)
+        if a[1] != b[1]:
+            return _mismatch(name, "data types", first, a, r, b)
+        kind = a[0]
+        if kind in ("allreduce", "reducescatter", "broadcast"):
+            if a[2] != b[2]:
+                return _mismatch(name, "tensor shapes", first, a, r, b)
+            if a[3:] != b[3:]:
+                what = "root ranks" if kind == "broadcast" else "reduction ops or scale factors"
+                return _mismatch(name, what, first, a, r, b)
+        elif kind == "allgather":
+            if len(a[2]) != len(b[2]) or any(len(x) != len(y) or x[1:] != y[1:]
+                                              for x, y in zip(a[2], b[2])):
+                return _mismatch(name, "tensor shapes (beyond the first dimension)", first, a,
+                                 r, b)
+        elif kind == "alltoall":
+            if len(a[2]) != len(b[2]) or a[2][1:] != b[2][1:]:
+                return _mismatch(name, "tensor shapes (beyond the first dimension)", first, a,
+                                 r, b)
+        elif a != b:
+            return _mismatch(name, "requests", first, a, r, b)
+    if a[0] == "broadcast" and a[3] in ps.joined:
+        return f"broadcast {name!r}: root rank {a[3]} has joined and has no tensor to send"
+    return None
+
+
+def _mismatch(name, what, ra, a, rb, b):
+    return (f"Mismatched {what} for {name!r}: rank {ra} submitted {describe(a)}, "
+            f"rank {rb} submitted {describe(b)}")
+
+
+# ---------------------------------------------------------------- arithmetic
+def _scale(flat, factor):
+    if factor != 1.0 and flat.size:
+        if flat.dtype.kind in "iu":
+            flat[:] = np.trunc(flat * factor).astype(flat.dtype)
+        else:
+            flat *= flat.dtype.type(factor)
+
+
+def _divide(flat, n):
+    if n == 1 or not flat.size:
+        return
+    if flat.dtype.kind in "iu":                  # Horovod truncates toward zero
+        flat[:] = np.sign(flat) * (np.abs(flat) // n)
+    else:
+        flat /= flat.dtype.type(n)
+
+
+# ---------------------------------------------------------------- the other kinds
+def _allgather(co, ps, name, sigs, op):
+    sig0 = next(iter(sigs.values()))
+    dtype = np.dtype(sig0[1])
+    outs = []
+    for i, shape in enumerate(sig0[2]):
+        rest = tuple(shape[1:])
+        dims = [sigs[r][2][i][0] if r in sigs else 0 for r in range(ps.size)]
+        mine = op.bufs[i] if op is not None else np.zeros((0,) + rest, dtype)
+        outs.append(gather_rows(ps.data, mine.reshape((dims[ps.rank],) + rest), dims, rest,
+                                dtype))
+    return outs
+
+
+def gather_rows(comm, mine, dims, rest, dtype):
+    """All ranks' rows in rank order; first dimensions `dims` may differ."""
+    row = int(np.prod(rest)) if rest else 1
+    out = np.empty((sum(dims),) + rest, dtype)
+    width = max(dims) * row
+    if width == 0:
+        return out
+    if all(d == dims[0] for d in dims):
+        comm.all_gather(out.reshape(-1), np.ascontiguousarray(mine).reshape(-1))
+        return out
+    send = np.zeros(width, dtype)
+    send[:mine.size] = mine.reshape(-1)
+    tmp = np.empty(comm.size * width, dtype)
+    comm.all_gather(tmp, send)
+    flat, off = out.reshape(-1), 0
+    for r, d in enumerate(dims):
+        flat[off:off + d * row] = tmp[r * width:r * width + d * row]
+        off += d * row
+    return out
+
+
+def _broadcast(co, ps, name, sigs, op):
+    sig0 = next(iter(sigs.values()))
+    bufs = op.bufs if op is not None else [np.zeros(s, np.dtype(sig0[1])) for s in sig0[2]]
+    for b in bufs:
+        if b.size:
+            ps.data.broadcast(b.reshape(-1), root=sig0[3])
+    return None
+
+
+def _alltoall(co, ps, name, sigs, op):
+    sig0 = next(iter(sigs.values()))
+    dtype, rest = np.dtype(sig0[1]), tuple(sig0[2][1:])
+    row = int(np.prod(rest)) if rest else 1
+    n = ps.size
+    splits = [sigs[q][3] if q in sigs else (0,) * n for q in range(n)]
+    me = ps.rank
+    received = [splits[q][me] for q in range(n)]
+    width = max(max(s) for s in splits) * row
+    out = np.empty((sum(received),) + rest, dtype)
+    if width == 0:
+        return out, np.array(received, np.int32)
+    src = (op.bufs[0] if op is not None else np.zeros((0,) + rest, dtype)).reshape(-1)
+    send = np.zeros(n * width, dtype)
+    off = 0
+    for r in range(n):
+        k = splits[me][r] * row
+        send[r * width:r * width + k] = src[off:off + k]
+        off += k
+    tmp = np.empty(n * width, dtype)
+    ps.data.all_to_all(tmp, send)
+    flat, off = out.reshape(-1), 0
+    for q in range(n):
+        k = received[q] * row
+        flat[off:off + k] = tmp[q * width:q * width + k]
+        off += k
+    return out, np.array(received, np.int32)
+
+
+def scatter_rows(dim0, n):
+    """Rows of each rank in Horovod's reducescatter: the first dim0 % n get one more."""
+    q, r = divmod(dim0, n)
+    return [q + (1 if i < r else 0) for i in range(n)]
+
+
+def _reducescatter(co, ps, name, sigs, op):
+    sig0 = next(iter(sigs.values()))
+    dtype, code, pre, post = np.dtype(sig0[1]), sig0[3], sig0[4], sig0[5]
+    outs = []
+    for i, shape in enumerate(sig0[2]):
+        buf = op.bufs[i] if op is not None else np.zeros(shape, dtype)
+        flat = np.array(buf, dtype, copy=True).reshape(-1)
+        _scale(flat, pre)
+        if flat.size:
+            ps.data.all_reduce(flat, op=_KERNEL_OP[code])
+        if code == AVERAGE:
+            _divide(flat, ps.size)
+        _scale(flat, post)
+        rows = scatter_rows(shape[0], ps.size)
+        lo = sum(rows[:ps.rank])
+        rowlen = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        outs.append(flat[lo * rowlen:(lo + rows[ps.rank]) * rowlen]
+                    .reshape((rows[ps.rank],) + tuple(shape[1:])).copy())
+    return outs
+
+
+def _barrier(co, ps, name, sigs, op):
+    ps.data.barrier()
+
+
+def _add_set(co, ps, name, sigs, op):
+    ranks = list(next(iter(sigs.values()))[1])
+    neg = ps.data.new_group(ranks)
+    data = ps.data.new_group(ranks)
+    with co.lock:
+        set_id = co.next_set_id
+        co.next_set_id += 1
+        co.sets[set_id] = SetState(set_id, ranks, co.rank, neg, data)
+    return set_id
+
+
+def _remove_set(co, ps, name, sigs, op):
+    set_id = next(iter(sigs.values()))[1]
+    with co.lock:
+        gone = co.sets.pop(set_id, None)
+    if gone is not None:
+        err = HorovodInternalError(f"process set {set_id} was removed")
+        for pending in gone.incoming + gone.unsent + list(gone.claimed.values()) + \
+                list(gone.waiting.values()):
+            pending.finish(error=err)
+    return None
+
+_RUNNERS = {"allgather": _allgather, "broadcast": _broadcast, "alltoall": _alltoall,
+            "reducescatter": _reducescatter, "barrier": _barrier, "add_set": _add_set,
+            "remove_set": _remove_set}
