@@ -135,6 +135,17 @@ def build_parser():
                             "(COMMRT_TIMELINE, one file per rank) and merge them into FILE, "
                             "one Chrome trace (Perfetto, chrome://tracing; pid = rank); draw "
                             "it with `python -m commrt.timeline FILE --png out.png`")
+    elastic = parser.add_argument_group("elastic (Horovod's elastic training; docs/horovod.md)")
+    elastic.add_argument("--elastic", action="store_true",
+                         help="run an elastic job (implied by the options below)")
+    elastic.add_argument("--min-np", type=_positive_int, metavar="N",
+                         help="fewest workers the job runs with (default: -n)")
+    elastic.add_argument("--max-np", type=_positive_int, metavar="N",
+                         help="most workers the job grows to (default: -n)")
+    elastic.add_argument("--host-discovery-script", metavar="SCRIPT",
+                         help="executable printing the available hosts, one host:slots a line")
+    elastic.add_argument("--reset-limit", type=_positive_int, metavar="N",
+                         help="stop after N re-formations of the job")
     return parser
 
 
@@ -308,6 +319,10 @@ def main(argv=None):
         spec = spec_from_args(args, program)
     except UsageError as exc:
         parser.error(str(exc))
+    if args.elastic or args.min_np or args.max_np or args.host_discovery_script:
+        from commrt.launcher import elastic
+
+        return elastic.run(elastic.spec_from_args(args, parser, spec))
     from commrt.launcher import job
 
     try:

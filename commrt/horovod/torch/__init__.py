@@ -22,6 +22,9 @@ from commrt.horovod.torch.mpi_ops import (  # noqa: F401
 def init(comm=None, process_sets=None):
     """Start Horovod: comm is a commrt Communicator, a list of world ranks, or None
     (the job commrt-launch, torchrun, mpirun or srun started)."""
+    from commrt.horovod.torch import mpi_ops
+
+    mpi_ops._handle_map.clear()
     _runtime.init(comm, process_sets)
 
 
@@ -100,3 +103,4 @@ from commrt.horovod.torch.functions import (allgather_object, broadcast_object, 
                                             broadcast_optimizer_state, broadcast_parameters)
 from commrt.horovod.torch.optimizer import DistributedOptimizer  # noqa: E402,F401
 from commrt.horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402,F401
+from commrt.horovod.torch import elastic  # noqa: E402,F401
