@@ -65,6 +65,8 @@ def _submit(kind, name, sig, bufs, process_set, finish):
         name = rt.next_name(kind)
     elif not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
+    else:
+        name = f"{kind}.{name}"             # Horovod's op names: allreduce.<name>
     op = rt.coordinator.submit(kind, name, sig, bufs, _set_id(process_set))
     _next_handle[0] += 1
     handle = _next_handle[0]
@@ -151,7 +153,7 @@ class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         average, op, pre, post, ps = ctx.args
-        return (allreduce(grad_output, average=average, op=op, prescale_factor=pre,
+        return (allreduce(grad_output.contiguous(), average=average, op=op, prescale_factor=pre,
                           postscale_factor=post, process_set=ps),
                 None, None, None, None, None, None)
 
@@ -199,7 +201,7 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         average, op, pre, post, ps = ctx.args
-        reduced = grouped_allreduce(list(grads), average=average, op=op, prescale_factor=pre,
+        reduced = grouped_allreduce([g.contiguous() for g in grads], average=average, op=op, prescale_factor=pre,
                                     postscale_factor=post, process_set=ps)
         return (None, None, None, None, None, None, *reduced)
 
@@ -279,7 +281,7 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        reduced = allreduce(grad_output, average=True, process_set=ctx.process_set)
+        reduced = allreduce(grad_output.contiguous(), average=True, process_set=ctx.process_set)
         offset = _offset_of_rank(ctx.dim, ctx.process_set)
         return reduced.narrow(0, offset, ctx.dim), None, None
 
@@ -297,7 +299,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        reduced = grouped_allreduce(list(grads), average=True, process_set=ctx.process_set)
+        reduced = grouped_allreduce([g.contiguous() for g in grads], average=True, process_set=ctx.process_set)
         out = [g.narrow(0, _offset_of_rank(d, ctx.process_set), d)
                for g, d in zip(reduced, ctx.dims)]
         return (None, None, *out)
@@ -347,7 +349,7 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        reduced = allreduce(grad_output, average=True, process_set=ctx.process_set)
+        reduced = allreduce(grad_output.contiguous(), average=True, process_set=ctx.process_set)
         me = _rt().rank if ctx.process_set.process_set_id == 0 else ctx.process_set.rank()
         if me != ctx.root_rank:
             reduced = reduced * 0
@@ -409,7 +411,7 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, *unused):
-        grad, _ = alltoall(grad_output, splits=ctx.received, process_set=ctx.process_set)
+        grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received, process_set=ctx.process_set)
         return grad, None, None, None
 
 
