@@ -324,7 +324,7 @@ class Coordinator:
 
     def _allreduce(self, ps, group):
         sig = next(iter(group[0][1].values()))
-        dtype, code, pre, post = np.dtype(sig[1]), sig[3], sig[4], sig[5]
+        dtype, code, pre, post = _dtype(sig[1]), sig[3], sig[4], sig[5]
         arrays = []
         for name, sigs, op in group:
             self._timeline_begin(op, name, sigs)
@@ -431,7 +431,7 @@ def sig_shapes(sigs):
 
 
 def _nbytes(sig):
-    return np.dtype(sig[1]).itemsize * sum(int(np.prod(s)) for s in sig[2])
+    return _dtype(sig[1]).itemsize * sum(int(np.prod(s)) for s in sig[2])
 
 
 def describe(sig):
@@ -446,8 +446,16 @@ def describe(sig):
     return kind
 
 
+def _dtype(code):
+    """The NumPy dtype of a signature's dtype code ("bfloat16": commrt's BFLOAT16)."""
+    if code == "bfloat16":
+        from commrt.kernels.bfloat16 import BFLOAT16
+        return BFLOAT16
+    return np.dtype(code)
+
+
 def _dt(code):
-    return np.dtype(code).name
+    return "bfloat16" if code == "bfloat16" else np.dtype(code).name
 
 
 _OP_NAMES = {AVERAGE: "Average", SUM_OP: "Sum", ADASUM: "Adasum", MIN_OP: "Min",
@@ -520,7 +528,7 @@ def _divide(flat, n):
 # ---------------------------------------------------------------- the other kinds
 def _allgather(co, ps, name, sigs, op):
     sig0 = next(iter(sigs.values()))
-    dtype = np.dtype(sig0[1])
+    dtype = _dtype(sig0[1])
     outs = []
     for i, shape in enumerate(sig0[2]):
         rest = tuple(shape[1:])
@@ -543,7 +551,7 @@ def gather_rows(comm, mine, dims, rest, dtype):
 
 def _broadcast(co, ps, name, sigs, op):
     sig0 = next(iter(sigs.values()))
-    bufs = op.bufs if op is not None else [np.zeros(s, np.dtype(sig0[1])) for s in sig0[2]]
+    bufs = op.bufs if op is not None else [np.zeros(s, _dtype(sig0[1])) for s in sig0[2]]
     for b in bufs:
         if b.size:
             ps.data.broadcast(b.reshape(-1), root=sig0[3])
@@ -552,7 +560,7 @@ def _broadcast(co, ps, name, sigs, op):
 
 def _alltoall(co, ps, name, sigs, op):
     sig0 = next(iter(sigs.values()))
-    dtype, rest = np.dtype(sig0[1]), tuple(sig0[2][1:])
+    dtype, rest = _dtype(sig0[1]), tuple(sig0[2][1:])
     row = int(np.prod(rest)) if rest else 1
     n, me = ps.size, ps.rank
     splits = [sigs[q][3] if q in sigs else (0,) * n for q in range(n)]
@@ -573,7 +581,7 @@ def scatter_rows(dim0, n):
 
 def _reducescatter(co, ps, name, sigs, op):
     sig0 = next(iter(sigs.values()))
-    dtype, code, pre, post = np.dtype(sig0[1]), sig0[3], sig0[4], sig0[5]
+    dtype, code, pre, post = _dtype(sig0[1]), sig0[3], sig0[4], sig0[5]
     outs = []
     for i, shape in enumerate(sig0[2]):
         buf = op.bufs[i] if op is not None else np.zeros(shape, dtype)

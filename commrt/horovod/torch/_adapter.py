@@ -1,15 +1,18 @@
-"""Torch tensors <-> the NumPy arrays the coordinator moves.
+"""The coordinator's arrays for torch tensors, on commrt.torch's tensor adapter.
 
-A contiguous CPU tensor is shared without a copy (its NumPy view); bfloat16,
-which NumPy lacks, travels as its 16-bit pattern where nothing is combined
-and as float32 where ranks reduce; other devices are staged through host
-memory.  Each function returns (array, finish): finish() writes a staged
+commrt.torch does the conversion (zero copy for contiguous CPU tensors, an
+explicit staged copy for others, bfloat16 as commrt's BFLOAT16); this module
+only adds Horovod's rules: inputs must be contiguous, and bfloat16 tensors
+that ranks reduce are staged as float32, because pre/post-scaling and
+averaging are NumPy arithmetic, which BFLOAT16 arrays do not have.
+Each function returns (flat array, finish): finish() writes a staged
 result back into the tensor.
 """
 import torch
 
-_REDUCE_AS = {torch.bfloat16: torch.float32}
-_MOVE_AS = {torch.bfloat16: torch.int16}
+from commrt.kernels.bfloat16 import BFLOAT16
+from commrt.torch import as_numpy, contiguous
+from commrt.torch import to_tensor as _from_numpy
 
 
 def _noop():
@@ -19,46 +22,38 @@ def _noop():
 def check_tensor(tensor, what="tensor"):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
-    if not tensor.is_contiguous():
-        raise ValueError("Tensor is required to be contiguous.")
     if tensor.is_sparse:
         raise ValueError("sparse tensors go through sparse_allreduce_async or sparse_as_dense")
+    if not tensor.is_contiguous():
+        raise ValueError("Tensor is required to be contiguous.")
+
+
+def dtype_code(array):
+    """The dtype as the coordinator's signatures carry it."""
+    return "bfloat16" if array.dtype == BFLOAT16 else array.dtype.str
 
 
 def reduce_view(tensor):
     """(array reduced in place, finish) for a tensor that ranks combine."""
-    wide = _REDUCE_AS.get(tensor.dtype)
-    if wide is None and tensor.device.type == "cpu":
-        return tensor.detach().numpy(), _noop
-    host = tensor.detach().to("cpu", wide or tensor.dtype).contiguous()
-
-    def finish():
-        with torch.no_grad():
-            tensor.copy_(host)
-    return host.numpy(), finish
-
-
-def move_view(tensor):
-    """(array, finish) for a tensor that is only moved (broadcast, gather)."""
-    t = tensor.detach()
-    if t.device.type != "cpu":
-        host = t.cpu()
-        as_ = _MOVE_AS.get(host.dtype)
-        arr = (host.view(as_) if as_ else host).numpy()
+    if tensor.dtype is torch.bfloat16:
+        wide = tensor.detach().float()
 
         def finish():
             with torch.no_grad():
-                tensor.copy_(host)
-        return arr, finish
-    as_ = _MOVE_AS.get(t.dtype)
-    return (t.view(as_) if as_ else t).numpy(), _noop
+                tensor.copy_(wide)
+        return as_numpy(wide), finish
+    return move_view(tensor)
+
+
+def move_view(tensor):
+    """(array, finish) for a tensor that is only moved, or reduced natively."""
+    staged, back = contiguous(tensor)
+    return as_numpy(staged), back or _noop
 
 
 def to_tensor(array, like):
-    """A tensor on like's device and of like's dtype holding array (moved bytes)."""
-    t = torch.from_numpy(array)
-    if like.dtype in _MOVE_AS:
-        t = t.view(like.dtype)
-    elif t.dtype != like.dtype:
+    """A tensor of like's dtype and device holding array (a result the coordinator made)."""
+    t = _from_numpy(array)
+    if t.dtype != like.dtype:
         t = t.to(like.dtype)
     return t if like.device.type == "cpu" else t.to(like.device)

@@ -101,10 +101,10 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
         a, fin = _adapter.reduce_view(out)
         arrays.append(a)
         finishes.append(fin)
-    dtypes = {a.dtype.str for a in arrays}
+    dtypes = {_adapter.dtype_code(a) for a in arrays}
     if len(dtypes) > 1:
         raise ValueError("a grouped allreduce needs tensors of one dtype")
-    sig = ("allreduce", arrays[0].dtype.str, tuple(_shape(t) for t in tensors), op,
+    sig = ("allreduce", _adapter.dtype_code(arrays[0]), tuple(_shape(t) for t in tensors), op,
            float(prescale_factor), float(postscale_factor))
 
     def finish(_):
@@ -248,7 +248,7 @@ def _allgather_async(tensors, name, process_set):
         a, _ = _adapter.move_view(t)
         arrays.append(a)
         likes.append(t)
-    sig = ("allgather", arrays[0].dtype.str, tuple(_shape(t) for t in tensors))
+    sig = ("allgather", _adapter.dtype_code(arrays[0]), tuple(_shape(t) for t in tensors))
 
     def finish(result):
         return [_adapter.to_tensor(r, like) for r, like in zip(result, likes)]
@@ -319,7 +319,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
         with torch.no_grad():
             output.copy_(tensor)
     a, fin = _adapter.move_view(output)
-    sig = ("broadcast", a.dtype.str, (_shape(tensor),), int(root_rank))
+    sig = ("broadcast", _adapter.dtype_code(a), (_shape(tensor),), int(root_rank))
 
     def finish(_):
         fin()
@@ -391,7 +391,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     _adapter.check_tensor(tensor)
     parts = _splits(tensor, splits, _set_size(process_set))
     a, _ = _adapter.move_view(tensor)
-    sig = ("alltoall", a.dtype.str, _shape(tensor), parts)
+    sig = ("alltoall", _adapter.dtype_code(a), _shape(tensor), parts)
 
     def finish(result):
         out, received = result
@@ -431,7 +431,7 @@ def _reducescatter_async(tensors, name, op, process_set, prescale_factor, postsc
             raise ValueError("reducescatter needs a tensor of at least one dimension")
         a, _ = _adapter.reduce_view(t)
         arrays.append(a)
-    sig = ("reducescatter", arrays[0].dtype.str, tuple(_shape(t) for t in tensors), op,
+    sig = ("reducescatter", _adapter.dtype_code(arrays[0]), tuple(_shape(t) for t in tensors), op,
            float(prescale_factor), float(postscale_factor))
 
     def finish(result):
