@@ -1,0 +1,98 @@
+"""One rank of `python -m commrt.bench horovod` (started by commrt-launch).
+
+    python -m commrt.bench._horovod_worker MODE MODEL BATCH STEPS WARMUP
+
+MODE: fusion | nofusion | fp16 (commrt.horovod.torch's DistributedOptimizer) or
+ddp (torch DistributedDataParallel over Gloo, the reference).  Rank 0 prints
+one JSON line: {"mode", "size", "imgs_per_s"} (images of all ranks per second).
+"""
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+class SmallCNN(torch.nn.Module):
+    """A CNN of many small tensors (fusion's case): 12 conv+BN blocks of 32 channels."""
+
+    def __init__(self, blocks=12, width=32, classes=10):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, width, 3, padding=1)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Conv2d(width, width, 3, padding=1, bias=False),
+                                torch.nn.BatchNorm2d(width), torch.nn.ReLU())
+            for _ in range(blocks))
+        self.head = torch.nn.Linear(width, classes)
+
+    def forward(self, x):
+        x = F.relu(self.stem(x))
+        for i, b in enumerate(self.blocks):
+            x = b(x) + x
+            if i in (3, 7):
+                x = F.max_pool2d(x, 2)
+        return self.head(x.mean((2, 3)))
+
+
+class WideCNN(SmallCNN):
+    """Fewer, larger tensors (4 blocks of 128 channels)."""
+
+    def __init__(self):
+        super().__init__(blocks=4, width=128)
+
+
+MODELS = {"small": SmallCNN, "wide": WideCNN}
+
+
+def main(argv):
+    mode, model_name, batch, steps, warmup = argv[0], argv[1], *map(int, argv[2:5])
+    torch.set_num_threads(1)
+    if mode == "nofusion":
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"
+    torch.manual_seed(0)
+    model = MODELS[model_name]()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if mode == "ddp":
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        rank, size = dist.get_rank(), dist.get_world_size()
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        sync = dist.barrier
+    else:
+        import commrt.horovod.torch as hvd
+
+        hvd.init()
+        rank, size = hvd.rank(), hvd.size()
+        comp = hvd.Compression.fp16 if mode == "fp16" else hvd.Compression.none
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                       compression=comp)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        sync = hvd.barrier
+    data = torch.randn(batch, 3, 32, 32)
+    target = torch.randint(0, 10, (batch,))
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(model(data), target).backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    elapsed = time.perf_counter() - t0
+    if rank == 0:
+        print(json.dumps({"mode": mode, "size": size,
+                          "imgs_per_s": batch * size * steps / elapsed}), flush=True)
+    if mode != "ddp":
+        hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
