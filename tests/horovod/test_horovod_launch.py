@@ -39,10 +39,27 @@ def test_elastic_job_survives_a_killed_worker_and_processes_each_sample_once(tmp
     result = tmp_path / "result.json"
     proc, out = launch("-np", "3", "--min-np", "2", "--max-np", "3",
                        "--host-discovery-script", script, HERE / "elastic_train.py", result,
-                       timeout=240)
+                       "kill", timeout=240)
     assert proc.returncode == 0, out
     assert "exited with code 137" in out, out          # rank 1 really was SIGKILLed
     data = json.loads(result.read_text())
     assert data["generation"] >= 1 and data["size"] == 3, data
+    for epoch, counts in enumerate(data["counts"]):
+        assert counts == [1.0] * len(counts), (epoch, counts)
+
+
+def test_elastic_job_grows_when_discovery_reports_a_new_slot(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    script.chmod(0o755)
+    result = tmp_path / "result.json"
+    proc, out = launch("-np", "2", "--min-np", "2", "--max-np", "3",
+                       "--host-discovery-script", script, HERE / "elastic_train.py", result,
+                       "grow", hosts, timeout=240)
+    assert proc.returncode == 0, out
+    data = json.loads(result.read_text())
+    assert data["generation"] == 1 and data["size"] == 3, (data, out)
     for epoch, counts in enumerate(data["counts"]):
         assert counts == [1.0] * len(counts), (epoch, counts)
