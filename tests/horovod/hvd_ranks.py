@@ -461,3 +461,125 @@ def timeline(comm, path):
         time.sleep(0.05)
         hvd.stop_timeline()
         return hvd.rank()
+
+
+def optimizer_cases(comm):
+    """test_torch.py's optimizer cases: forced allreduce of missing gradients over every
+    torch optimizer, dynamic requires_grad, clipping after synchronize(), the
+    step-after-synchronize warning, sparse gradients, default names."""
+    import inspect
+    import warnings
+
+    import torch.nn.functional as F
+
+    with horovod(comm):
+        r = hvd.rank()
+        x, y = torch.randn(16, 10), torch.randn(16, 4)
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1, self.fc2, self.fc3 = (torch.nn.Linear(10, 6), torch.nn.Linear(6, 4),
+                                                torch.nn.Linear(4, 4))
+
+            def forward(self, v):
+                h = self.fc2(F.relu(self.fc1(v)))
+                return h, self.fc3(F.relu(h))
+
+        classes = sorted((c for c in torch.optim.Optimizer.__subclasses__()
+                          if c.__module__.startswith("torch.optim")
+                          and c not in (torch.optim.LBFGS, torch.optim.SparseAdam)
+                          and c.__name__ != "Muon"),   # Muon: 2-D parameters only
+                         key=lambda c: c.__name__)
+        params = dict(lr=0.2, momentum=0.9, weight_decay=0.1, centered=True)
+        forced = []
+        for cls in classes:
+            torch.manual_seed(0)
+            model = Net()
+            kw = {k: v for k, v in params.items() if k in inspect.signature(cls.__init__).parameters}
+            opt = hvd.DistributedOptimizer(cls(model.parameters(), **kw),
+                                           named_parameters=model.named_parameters())
+            out1, out2 = model(x)
+            loss = F.mse_loss(out1 if r == 0 else out2, y)   # rank 0 leaves fc3 without grads
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            forced.append(hvd.allgather_object([p.detach().sum().item()
+                                                for p in model.parameters()]))
+        forced_same = all(all(v == f[0] for v in f) for f in forced)
+
+        gen, disc = torch.nn.Conv2d(1, 4, 1), torch.nn.Conv2d(4, 1, 1)
+        gopt = hvd.DistributedOptimizer(torch.optim.SGD(gen.parameters(), lr=0.1),
+                                        named_parameters=gen.named_parameters(prefix="gen"))
+        dopt = hvd.DistributedOptimizer(torch.optim.SGD(disc.parameters(), lr=0.1),
+                                        named_parameters=disc.named_parameters(prefix="disc"))
+        inp = torch.rand(1, 1, 8, 8)
+        for _ in range(3):
+            for train_gen in (True, False):
+                for p in gen.parameters():
+                    p.requires_grad_(train_gen)
+                for p in disc.parameters():
+                    p.requires_grad_(not train_gen)
+                gopt.zero_grad()
+                dopt.zero_grad()
+                disc(gen(inp)).sum().backward()
+                (gopt if train_gen else dopt).step()
+
+        model = torch.nn.Linear(1, 1)
+        model.weight = torch.nn.Parameter(torch.zeros(1, 1) + 0.5)
+        model.bias = torch.nn.Parameter(torch.zeros(1))
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+        F.mse_loss(model(torch.ones(1, 1)), torch.ones(1, 1)).backward()
+        opt.synchronize()
+        prior = model.weight.grad.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        clipped = abs(prior) > abs(model.weight.grad.item())
+        with opt.skip_synchronize():
+            opt.step()
+        opt.zero_grad()
+        F.mse_loss(model(torch.ones(1, 1)), torch.ones(1, 1)).backward()
+        opt.synchronize()
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            opt.step()
+        warned = any("skip_synchronize" in str(w.message) for w in ws)
+
+        sparse_ok = []
+        for as_dense in (False, True):
+            torch.manual_seed(0)
+            emb = torch.nn.Embedding(10, 3, sparse=True)
+            sopt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(emb.parameters()), lr=0.1),
+                                            sparse_as_dense=as_dense)
+            idx = torch.LongTensor([[1, 2, 4, 5], [4, 3, 2, 9]] if r == 0 else [[1, 3, 4], [4, 7, 9]])
+            sopt.zero_grad()
+            emb(idx).sum().backward()
+            sopt.step()
+            sparse_ok.append(hvd.allgather_object(emb.weight.detach().sum().item()))
+        tensors = [torch.rand(d, 10) * (torch.rand(d, 10) > 0.8) for d in (17, 32, 5)]
+        dense = [hvd.allreduce(t) for t in tensors]
+        handles = [hvd.sparse_allreduce_async(t.to_sparse(), name=f"sp{i}", op=hvd.Average)
+                   for i, t in enumerate(tensors)]
+        sparse_match = all(torch.allclose(d, h().to_dense(), atol=1e-6)
+                           for d, h in zip(dense, handles))
+        return (forced_same, len(forced), clipped, warned,
+                all(len(set(s)) == 1 for s in sparse_ok), sparse_match)
+
+
+def optimizer_process_set(comm):
+    """A DistributedOptimizer on a process set averages among its members only."""
+    with horovod(comm):
+        r = hvd.rank()
+        evens = hvd.add_process_set([q for q in range(hvd.size()) if q % 2 == 0])
+        odds = hvd.add_process_set([q for q in range(hvd.size()) if q % 2 == 1])
+        mine = evens if r % 2 == 0 else odds
+        model = torch.nn.Linear(2, 1, bias=False)
+        with torch.no_grad():
+            model.weight.fill_(0.0)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                       named_parameters=model.named_parameters(),
+                                       process_set=mine)
+        (model(torch.ones(1, 2)) * (r + 1)).sum().backward()
+        opt.step()
+        want = -sum(q + 1 for q in mine.ranks) / len(mine.ranks)
+        return torch.allclose(model.weight, torch.full((1, 2), float(want)))

@@ -111,3 +111,13 @@ def test_timeline(world3, tmp_path):
                    "NEGOTIATE_ALLREDUCE", '"ALLREDUCE"', "CYCLE_START"):
         assert needle in text, needle
     assert any(e.get("ph") == "B" for e in events)
+
+
+def test_optimizer_cases_of_horovods_suite(world3):
+    for forced, n, clipped, warned, sparse_same, sparse_match in \
+            world3.run(hvd_ranks.optimizer_cases, timeout=120):
+        assert forced and n >= 8 and clipped and warned and sparse_same and sparse_match
+
+
+def test_optimizer_on_a_process_set(world3):
+    assert world3.run(hvd_ranks.optimizer_process_set, timeout=60) == [True] * 3
