@@ -32,9 +32,8 @@ cdef void tcp_flush(eng_t *E, peer_t *p) noexcept nogil:
         f = p.txq
         total = HDR_BYTES + f.len
         cnt = 0
-        if f.off == 0:
+        if f.off == 0:                  # stamped now, committed once bytes of it are out
             f.h.seq = p.tx_seq
-            p.tx_seq += 1
         if f.off < HDR_BYTES:
             iov[cnt].iov_base = (<char *>&f.h) + f.off
             iov[cnt].iov_len = HDR_BYTES - f.off
@@ -55,6 +54,10 @@ cdef void tcp_flush(eng_t *E, peer_t *p) noexcept nogil:
                 break
             peer_lost(E, p, E_PEER_LOST, b"connection reset while sending")
             return
+        if n == 0:
+            break
+        if f.off == 0:
+            p.tx_seq += 1
         f.off += <uint64_t>n
         if f.off < total:
             continue
