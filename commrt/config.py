@@ -56,7 +56,14 @@ knob("COMMRT_LOCAL_WORLD_SIZE", None, int, "Number of ranks on this host.")
 knob("COMMRT_STORE_ADDR", None, str, "host:port of the rendezvous store.")
 knob("COMMRT_SECRET_FILE", None, str, "Path of a file (mode 0600) holding the job secret.")
 knob("COMMRT_SECRET", None, str, "The job secret itself (hex); prefer COMMRT_SECRET_FILE.")
-knob("COMMRT_HOST_ID", None, str, "Name that groups ranks by host (default: the hostname).")
+knob("COMMRT_HOST_ID", None, str,
+     "Name that groups ranks by host (default: the hostname, or Slurm's node name, with the "
+     "network namespace appended when it is not the machine's own).")
+knob("COMMRT_IFNAME", None, str,
+     "Network interface(s) of the data plane across hosts, and of the address rank 0 "
+     "advertises for its store under torchrun/mpirun/srun: comma-separated names or name "
+     "prefixes (eth, ib0,eth1), exact names first (default: the interface that routes to the "
+     "store's host).")
 knob("COMMRT_RENDEZVOUS_DIR", None, str,
      "Directory (shared between hosts) where rank 0 publishes the store address and secret "
      "under torchrun/mpirun/srun when no secret is given; default /tmp/commrt-UID on one host, "

@@ -44,7 +44,7 @@ from typing import List, Optional, Tuple
 
 from commrt import config
 from commrt.errors import AuthError, BootstrapError, StoreError
-from commrt.rendezvous import auth
+from commrt.rendezvous import auth, netif
 from commrt.rendezvous.store import Store, StoreServer
 
 JOINED_KEY = "commrt/bootstrap/joined"
@@ -192,7 +192,7 @@ def _place_store(info, env, derived, advertise):
         info.rendezvous_file = os.path.join(_rendezvous_dir(info, env), name)
         if info.host_store and info.store_host is None:
             info.store_port = 0  # any free port: it is published with the secret
-            info.store_host = "127.0.0.1" if local else (advertise or socket.gethostname())
+            info.store_host = "127.0.0.1" if local else (advertise or _advertised_host())
     if info.host_store:
         info.secret = secret if secret is not None else auth.new_secret()
     elif info.rendezvous_file is None:
@@ -255,7 +255,21 @@ def _int(env, name, default=None):
 
 
 def _host_id(env):
-    return _knob("COMMRT_HOST_ID") or env.get("SLURMD_NODENAME") or socket.gethostname()
+    """COMMRT_HOST_ID as given; else the node's name, with the network namespace
+    when it is not the machine's own (two namespaces share no memory channel)."""
+    explicit = _knob("COMMRT_HOST_ID")
+    if explicit:
+        return explicit
+    name = env.get("SLURMD_NODENAME") or socket.gethostname()
+    ns = netif.namespace()
+    return f"{name}/{ns}" if ns else name
+
+
+def _advertised_host():
+    """What rank 0 publishes for its store across hosts: COMMRT_IFNAME's address,
+    else the hostname."""
+    spec = _knob("COMMRT_IFNAME")
+    return netif.pick_interface(spec)[1] if spec else socket.gethostname()
 
 
 def _safe_name(text):
@@ -272,6 +286,9 @@ def _data_address(info):
         return explicit
     if info.single_host:
         return "127.0.0.1"
+    spec = _knob("COMMRT_IFNAME")
+    if spec:
+        return netif.pick_interface(spec)[1]
     return route_address(info.store_host)
 
 
