@@ -11,6 +11,17 @@
             cache); γ_mem the same on 16 MiB (from memory); ``g(chunk)``
             goes from one to the other with the size reduced at once
     μ       seconds per byte of a local copy (memcpy)
+    α_net, β_net  α and β of the network class: a step between ranks on
+            different hosts (0 on one host).  α, β are the shared-memory
+            class's where some host holds two ranks, else the network's.
+
+Link classes.  On several hosts a flat algorithm (ring, tree, Rabenseifner,
+...) runs in lockstep, so its steps go at the network's pace: it is costed
+with ``params.net(share)``, α_net and β_net with β_net times ``share``, the
+ranks of one host that cross the network at once through its one NIC (the
+ring's block placement sends one stream per host and direction: 1; the
+others: the ranks on a host).  The hierarchical all-reduce costs its steps
+inside a host with α, β and its ring among the leaders with ``net()``.
 
 Every all-reduce module has ``cost(n, nbytes, params)``, written from what
 its code does (see its docstring and docs/algorithms.md) in three parts:
@@ -23,12 +34,15 @@ neighbour.  ``nseg`` and ``rho`` (a cruder oversubscription factor) serve
 the other collectives' models.
 
 Measurement (``calibrate``, a collective, once per communicator family;
-20-60 ms on this host, most of it γ_mem's 32 MiB): ranks 0 and 1 exchange
-8 B and 1 MiB (α, β), every rank runs 8-byte recursive doubling (α_busy),
+20-60 ms on this host, most of it γ_mem's 32 MiB): two ranks of one host
+exchange 8 B and 1 MiB (α, β), then on several hosts rank 0 and the first
+rank of the next host (α_net, β_net); every rank runs 8-byte recursive
+doubling (α_busy),
 rank 0 times reduce_into on 1 and 16 MiB and a 1 MiB copy (γ, γ_mem, μ) and
 broadcasts the numbers so every rank picks the same algorithm.  They are
-cached in COMMRT_COST_CACHE per (transport, host, cores, ranks on the
-host), so later jobs skip the measurement, unless the samples spread the
+cached in COMMRT_COST_CACHE per (transports, hostname, network namespace
+and interface, cores, ranks on the host, hosts), so later jobs skip the
+measurement, unless the samples spread the
 way a busy host spreads them (then this job uses them, and the next one
 measures again).  COMMRT_ALLREDUCE_ALGO overrides the all-reduce choice.
 
@@ -41,14 +55,15 @@ import math
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from commrt import config
+from commrt.rendezvous import netif
 
 
-CACHE_VERSION = 5   # 5: shm streams in 64 KiB chunks (β changed); 4: below COMMRT_CMA_MIN_BYTES streams
+CACHE_VERSION = 6   # 6: the network class (α_net, β_net) and the link in the key; 5: 5: shm streams in 64 KiB chunks (β changed); 4: below COMMRT_CMA_MIN_BYTES streams
 GAMMA_SMALL, GAMMA_LARGE = 1 << 20, 16 << 20   # sizes γ and γ_mem are measured at
 NOISY = 3.0   # α's lower quartile over its fastest sample beyond which the host was busy
 
@@ -66,6 +81,17 @@ class Params:
     local: int = 1          # most ranks on one host
     transport: str = "shm"
     source: str = "measured"
+    alpha_net: float = 0.0
+    beta_net: float = 0.0
+    hosts: int = 1
+
+    def net(self, share=1):
+        """The parameters of a step across hosts, ``share`` ranks of a host sending
+        through its NIC at once (self on one host)."""
+        if self.hosts <= 1 or not self.beta_net:
+            return self
+        return replace(self, alpha=self.alpha_net, beta=self.beta_net * max(1, share),
+                       alpha_busy=max(self.alpha_busy, self.alpha_net))
 
     def nseg(self, nbytes):
         return max(1, math.ceil(nbytes / self.segment))
@@ -116,20 +142,21 @@ def _cache_path():
     return os.path.expanduser(path) if path else None
 
 
-def _cache_key(transport, local):
-    return f"{transport}:{socket.gethostname()}:{_cores()}:{local}"
+def _cache_key(transport, local, hosts=1):
+    link = netif.link_key(config.get("COMMRT_IFNAME"))
+    return f"{transport}:{socket.gethostname()}:{link}:{_cores()}:{local}:{hosts}"
 
 
-FIELDS = ("alpha", "beta", "gamma", "mu", "alpha_busy", "gamma_mem")
+FIELDS = ("alpha", "beta", "gamma", "mu", "alpha_busy", "gamma_mem", "alpha_net", "beta_net")
 
 
-def _load(transport, local):
+def _load(transport, local, hosts=1):
     path = _cache_path()
     if not path:
         return None
     try:
         with open(path) as f:
-            entry = json.load(f).get(_cache_key(transport, local))
+            entry = json.load(f).get(_cache_key(transport, local, hosts))
         if entry is None or entry.get("version") != CACHE_VERSION:
             return None
         return tuple(float(entry[k]) for k in FIELDS)
@@ -137,7 +164,7 @@ def _load(transport, local):
         return None
 
 
-def _store(transport, local, values):
+def _store(transport, local, values, hosts=1):
     path = _cache_path()
     if not path:
         return
@@ -150,7 +177,7 @@ def _store(transport, local, values):
             data = {}
         entry = dict(zip(FIELDS, (float(v) for v in values)))
         entry.update(version=CACHE_VERSION, when=time.time())
-        data[_cache_key(transport, local)] = entry
+        data[_cache_key(transport, local, hosts)] = entry
         tmp = f"{path}.{os.getpid()}"
         with open(tmp, "w") as f:
             json.dump(data, f, indent=1)
@@ -231,15 +258,44 @@ def _measure_mu(nbytes=1 << 20):
 
 def _transport(comm):
     kinds = {comm.transport_of(q) for q in range(comm.size)} - {"self"}
-    return "tcp" if "tcp" in kinds else ("shm" if kinds else "self")
+    return "+".join(sorted(kinds)) or "self"
 
 
-def _local_max(comm):
-    counts = {}
+def host_groups(comm):
+    """Ranks grouped by host, groups ordered by their lowest rank."""
+    groups = {}
     for q in range(comm.size):
-        h = comm.host_of(q)
-        counts[h] = counts.get(h, 0) + 1
-    return max(counts.values())
+        groups.setdefault(comm.host_of(q), []).append(q)
+    return sorted(groups.values())
+
+
+def _pairs(groups):
+    """(shared-memory pair or None, network pair or None) that calibrate measures:
+    the first two ranks of the first host holding two, and rank 0 with the first
+    rank of the second host."""
+    local = next(((g[0], g[1]) for g in groups if len(g) > 1), None)
+    net = (groups[0][0], groups[1][0]) if len(groups) > 1 else None
+    return local, net
+
+
+def _measure_pair(call, pair, vals, slot):
+    """The pair exchanges 8 B and 1 MiB; its lower rank broadcasts (α, β) into
+    vals[slot:slot + 2].  Returns whether the samples looked quiet."""
+    from commrt.collectives.algorithms import broadcast as _bcast
+
+    r, quiet = call.rank, True
+    if r in pair:
+        peer = pair[1] if r == pair[0] else pair[0]
+        alpha, fastest = _exchange(call, peer, 8, 30)
+        _, big = _exchange(call, peer, 1 << 20, 15)  # the fastest: others only slow it
+        # Other jobs on the host spread the samples: use the numbers for
+        # this job, but do not cache them for every later one.
+        quiet = alpha < NOISY * fastest
+        if r == pair[0]:
+            vals[slot:slot + 2] = (alpha, max(1e-12, (big - alpha) / (1 << 20)))
+    _bcast.binomial(call, vals, pair[0])  # also keeps the other ranks out of the way
+    call.wait_sends()
+    return quiet
 
 
 def params(comm, timeout=None):
@@ -262,7 +318,9 @@ def params(comm, timeout=None):
         state_of(comm).cache["cost"] = p
         return p
     transport = _transport(comm)
-    local = _local_max(comm)
+    groups = host_groups(comm)
+    local, hosts = max(len(g) for g in groups), len(groups)
+    shm_pair, net_pair = _pairs(groups)
     call = Call(comm, "calibrate", count=1 + len(FIELDS), dtype=np.float64, algo="binomial",
                 timeout=timeout)
     from commrt.collectives.algorithms import broadcast as _bcast
@@ -270,7 +328,7 @@ def params(comm, timeout=None):
     def run():
         vals = np.zeros(1 + len(FIELDS), np.float64)
         if comm.rank == 0:
-            cached = _load(transport, local)
+            cached = _load(transport, local, hosts)
             if cached is not None:
                 vals[:] = (1.0, *cached)
         _bcast.binomial(call, vals, 0)
@@ -279,17 +337,12 @@ def params(comm, timeout=None):
         if vals[0] == 0.0:
             source = "measured"
             r = comm.rank
-            quiet = True
-            if r < 2:  # one pair alone: α and β
-                alpha, fastest = _exchange(call, 1 - r, 8, 30)
-                _, big = _exchange(call, 1 - r, 1 << 20, 15)  # the fastest: others only slow it
-                # Other jobs on the host spread the samples: use the numbers for
-                # this job, but do not cache them for every later one.
-                quiet = alpha < NOISY * fastest
-                if r == 0:
-                    vals[:3] = (1.0, alpha, max(1e-12, (big - alpha) / (1 << 20)))
-            _bcast.binomial(call, vals, 0)  # also keeps the other ranks out of the way
-            call.wait_sends()
+            vals[0] = 1.0
+            quiet = _measure_pair(call, shm_pair or net_pair, vals, 1)
+            if net_pair and shm_pair:
+                quiet = _measure_pair(call, net_pair, vals, 7) and quiet
+            elif net_pair:
+                vals[7:9] = vals[1:3]
             busy = vals[1]
             if comm.size > 2:  # every rank at once: α_busy from 8-byte recursive doubling
                 busy = _busy_step(call)
@@ -300,15 +353,14 @@ def params(comm, timeout=None):
                 # kernel: a busy host, not the machine
                 quiet = quiet and gamma_mem < NOISY * fastest and gamma_mem < 2 * NOISY * gamma
                 gamma_mem = min(gamma_mem, 2 * NOISY * gamma)
-                vals[3:] = (gamma, _measure_mu(), busy, gamma_mem)
+                vals[3:7] = (gamma, _measure_mu(), busy, gamma_mem)
             _bcast.binomial(call, vals, 0)
             call.wait_sends()
             if r == 0 and quiet:
-                _store(transport, local, vals[1:])
-        p = Params(*(float(v) for v in vals[1:]),
-                   segment=config.get("COMMRT_RING_SEGMENT_BYTES"), cores=_cores(),
-                   local=local, transport=transport, source=source)
-        return p
+                _store(transport, local, vals[1:], hosts)
+        v = dict(zip(FIELDS, (float(x) for x in vals[1:])))
+        return Params(**v, segment=config.get("COMMRT_RING_SEGMENT_BYTES"), cores=_cores(),
+                      local=local, transport=transport, source=source, hosts=hosts)
 
     p = execute(call, run, False)
     state_of(comm).cache["cost"] = p
@@ -318,7 +370,8 @@ def params(comm, timeout=None):
 # Ties go to the algorithm listed first (equal models, e.g. ring and
 # Rabenseifner at N = 2, where Rabenseifner has fewer Python steps).
 _PREFERENCE = {a: i for i, a in enumerate(("rabenseifner", "recursive_doubling", "ring",
-                                           "reduce_bcast", "tree", "ps", "hierarchical"))}
+                                           "reduce_bcast", "tree", "dbtree", "ps",
+                                           "hierarchical"))}
 
 
 def predict_allreduce(comm, nbytes, p=None):
@@ -334,7 +387,7 @@ def predict_allreduce(comm, nbytes, p=None):
                 continue
             out[name] = mod.cost(comm.size, nbytes, p, mod.host_groups(comm))
         else:
-            out[name] = mod.cost(comm.size, nbytes, p)
+            out[name] = mod.cost(comm.size, nbytes, p.net(1 if name == "ring" else p.local))
     return out
 
 

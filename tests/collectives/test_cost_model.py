@@ -61,15 +61,40 @@ def test_gamma_grows_from_cache_to_memory_speed():
 def test_cache_is_keyed_by_ranks_per_host_and_versioned(tmp_path, monkeypatch):
     path = tmp_path / "cost.json"
     monkeypatch.setenv("COMMRT_COST_CACHE", str(path))
-    values = (1e-6, 2e-10, 3e-11, 4e-11, 5e-6, 6e-11)
+    values = (1e-6, 2e-10, 3e-11, 4e-11, 5e-6, 6e-11, 7e-5, 8e-9)
     cost._store("shm", 4, values)
     assert cost._load("shm", 4) == values
     assert cost._load("shm", 2) is None
+    assert cost._load("shm", 4, hosts=2) is None
     data = json.loads(path.read_text())
     (key,) = data
     data[key]["version"] = cost.CACHE_VERSION - 1  # an older model's numbers
     path.write_text(json.dumps(data))
     assert cost._load("shm", 4) is None
+
+
+def test_cache_key_names_the_network_namespace_and_interface(monkeypatch):
+    from commrt.rendezvous import netif
+
+    monkeypatch.setattr(netif, "namespace", lambda: "nsA")
+    monkeypatch.setattr(netif, "default_route_interface", lambda: "eth0")
+    monkeypatch.delenv("COMMRT_IFNAME", raising=False)
+    a = cost._cache_key("shm+tcp", 2, 2)
+    monkeypatch.setattr(netif, "namespace", lambda: "nsB")
+    b = cost._cache_key("shm+tcp", 2, 2)
+    assert a != b and ":nsA:eth0:" in a and ":nsB:eth0:" in b
+
+
+def test_steps_across_hosts_take_the_network_class():
+    p = cost.Params(alpha=5e-6, beta=1e-10, gamma=2e-11, alpha_net=50e-6, beta_net=1e-8,
+                    hosts=2, local=2)
+    net = p.net(2)
+    assert (net.alpha, net.beta) == (50e-6, 2e-8) and p.net(1).beta == 1e-8
+    assert cost.Params(alpha=5e-6, beta=1e-10, gamma=2e-11).net(4).beta == 1e-10  # one host
+    groups = [[0, 1], [2, 3]]
+    hier = allreduce.module("hierarchical").cost(4, 16 << 20, p, groups)
+    ring = allreduce.module("ring").cost(4, 16 << 20, p.net(1))
+    assert hier < ring  # the slow link carries the leaders' bytes only
 
 
 def test_forced_algorithm_is_read_on_every_call(monkeypatch):

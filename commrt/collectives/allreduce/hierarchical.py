@@ -10,7 +10,7 @@ Each step runs on a communicator derived once and cached: the host group
 and the leaders' group, each with its own context.
 
 Cost: 2·ceil(log2 L)·(α_shm + K·β_shm) + ceil(log2 L)·K·γ
-      + ring(H, K) with the network's α, β.
+      + ring(H, K) with the network's α, β (``params.net()``).
 Only the leaders' K·2(H-1)/H bytes cross the network (instead of every
 rank's); bytes inside a host are as for reduce_bcast.
 """
@@ -47,7 +47,7 @@ def cost(n, nbytes, p, groups=None):
     local = max(len(g) for g in groups)
     steps = math.ceil(math.log2(local)) if local > 1 else 0
     return (2 * steps * (p.nseg(nbytes) * p.alpha + nbytes * p.beta) + steps * nbytes * p.gamma
-            + ring.cost(len(groups), nbytes, p))
+            + ring.cost(len(groups), nbytes, p.net()))
 
 
 def communicators(call):
