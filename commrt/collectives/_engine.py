@@ -56,7 +56,7 @@ KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 
 ALGOS = ("-", "ring", "ps", "reduce_bcast", "tree", "rabenseifner", "recursive_doubling",
          "hierarchical", "binomial", "pipeline", "bruck", "direct", "linear",
-         "dissemination", "pairwise")
+         "dissemination", "pairwise", "dbtree")
 ALGO_CODE = {a: i for i, a in enumerate(ALGOS)}
 
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,

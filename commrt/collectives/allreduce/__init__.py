@@ -7,7 +7,7 @@ and ``cost(n, nbytes, params)``; its docstring gives its steps and its
 import importlib
 
 NAMES = ("ring", "ps", "reduce_bcast", "tree", "rabenseifner", "recursive_doubling",
-         "hierarchical")
+         "hierarchical", "dbtree")
 
 
 def module(name):
