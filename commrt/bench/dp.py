@@ -40,6 +40,7 @@ import time
 
 import numpy as np
 
+from commrt.bench import _netns
 from commrt.bench._stats import Summary, fmt_num, table
 
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -188,7 +189,8 @@ class Link:
     """Two network namespaces A and B joined by a veth pair, each direction shaped
     to ``rate`` (tc tbf), MTU ``mtu``: two hosts whose link, not the CPU, limits
     communication.  A context manager (needs root and iproute2); on exit it kills
-    whatever is left in the namespaces and removes them."""
+    whatever is left in the namespaces and removes them (_netns's helpers; H
+    hosts through a bridge: _netns.Hosts)."""
 
     def __init__(self, rate="800mbit", mtu=9000, burst=None, latency="50ms"):
         self.rate, self.mtu, self.latency = rate, int(mtu), latency
@@ -207,7 +209,7 @@ class Link:
 
     @staticmethod
     def _run(*cmd):
-        subprocess.run(cmd, check=True, capture_output=True, timeout=20)
+        _netns.run(*cmd)
 
     def __enter__(self):
         if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
@@ -223,23 +225,14 @@ class Link:
                 self._run("ip", "-n", ns, "link", "set", dev, "mtu", str(self.mtu))
                 self._run("ip", "-n", ns, "link", "set", dev, "up")
                 self._run("ip", "-n", ns, "link", "set", "lo", "up")
-                self._run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root",
-                          "tbf", "rate", self.rate, "burst", self.burst, "latency", self.latency)
+                _netns.shape(ns, dev, self.rate, self.burst, self.latency)
         except BaseException:
             self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc):
-        for ns in self.ns:
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
-                                  timeout=20).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), 9)
-                except (ProcessLookupError, ValueError):
-                    pass
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+        _netns.remove(self.ns)
 
     def launch(self, args, timeout, extra_env=None):
         """Run ``python -m commrt.bench.dp ARGS`` as a 2-rank job, rank 0 in A, rank 1 in B."""

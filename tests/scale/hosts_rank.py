@@ -1,0 +1,79 @@
+"""A rank of the multi-host tests, started by commrt-launch (or ssh, srun, mpirun)
+across pretend hosts whose ranks fill hosts in blocks of COMMRT_LOCAL_WORLD_SIZE.
+
+    python hosts_rank.py layout HOSTS   host identity, channels, every all-reduce
+    python hosts_rank.py traffic DEV    bytes of a large all-reduce leave by DEV
+    python hosts_rank.py hello          an all-reduce; rank, size and host, one line
+"""
+import os
+import sys
+
+import numpy as np
+
+import commrt
+import commrt.collectives as C
+from commrt.collectives import allreduce, cost
+
+COUNTS = (0, 1, 7, 1000, 65537)
+
+
+def check_layout(comm, hosts):
+    r, n = comm.rank, comm.size
+    local = n // hosts
+    for q in range(n):
+        same = q // local == r // local
+        assert (comm.host_of(q) == comm.host_of(r)) == same, (r, q, comm.host_of(q))
+        want = "self" if q == r else ("shm" if same else "tcp")
+        assert comm.transport_of(q) == want, (r, q, comm.transport_of(q), want)
+    p = cost.params(comm)
+    assert (p.hosts, p.local) == (hosts, local), (p.hosts, p.local)
+    assert p.alpha_net > 0 and p.beta_net > 0, p
+    if local > 1:  # two classes, measured apart: the network is the slower
+        assert p.beta_net > p.beta, p
+    return p
+
+
+def check_all_reduce(comm):
+    r, n = comm.rank, comm.size
+    for algo in allreduce.NAMES + (None,):
+        for count in COUNTS:
+            for op, dtype in (("SUM", np.float64), ("MAX", np.int32)):
+                base = np.arange(count) % 13
+                x = (base + 5 * r).astype(dtype)
+                ranks = np.arange(n)[:, None]
+                want = (base + 5 * ranks).sum(0) if op == "SUM" else base + 5 * (n - 1)
+                C.all_reduce(comm, x, op, algo)
+                assert np.array_equal(x, want.astype(dtype)), (algo, count, op, r)
+
+
+def tx_bytes(dev):
+    with open(f"/sys/class/net/{dev}/statistics/tx_bytes") as f:
+        return int(f.read())
+
+
+def main():
+    mode = sys.argv[1]
+    comm = commrt.init()
+    r = comm.rank
+    if mode == "layout":
+        p = check_layout(comm, int(sys.argv[2]))
+        check_all_reduce(comm)
+        print("ok", r, comm.host_of(r), f"beta_net/beta={p.beta_net / p.beta:.1f}", flush=True)
+    elif mode == "traffic":
+        dev = sys.argv[2]
+        before = tx_bytes(dev)
+        x = np.ones(1 << 20, np.float32)  # 4 MiB
+        C.all_reduce(comm, x, "SUM", "ring")
+        assert np.all(x == comm.size)
+        print("ok", r, tx_bytes(dev) - before, flush=True)
+    else:
+        x = np.full(3, r + 1, np.int64)
+        C.all_reduce(comm, x)
+        assert np.all(x == comm.size * (comm.size + 1) // 2), x
+        print("ok", r, comm.size, comm.host_of(r), os.environ.get("COMMRT_HOST_ID", "-"),
+              flush=True)
+    comm.close()
+
+
+if __name__ == "__main__":
+    main()

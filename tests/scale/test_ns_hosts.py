@@ -1,0 +1,78 @@
+"""Hosts as network namespaces joined by shaped links: each namespace is a host
+to commrt (shared memory inside, TCP between), every all-reduce is right on
+H x R = 2x2, 3x2, 2x3, 4x2, COMMRT_IFNAME moves the data plane, and nothing
+is left behind."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from commrt.bench import _netns
+from scale_helpers import HERE, ok_lines, run
+
+RANK = os.path.join(HERE, "hosts_rank.py")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("hosts,local", [(2, 2), (3, 2), (2, 3), (4, 2)])
+def test_every_all_reduce_across_namespace_hosts(ns_hosts, hosts, local):
+    h = ns_hosts(hosts, rate="2gbit")
+    env = ("COMMRT_IFNAME=cmrt0", "COMMRT_RING_SEGMENT_BYTES=16K", "COMMRT_COST_CACHE=",
+           "COMMRT_TIMEOUT=60")
+    out = run(h.launch_cmd(local, [RANK, "layout", str(hosts)], timeout=150, env=env), 170)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = ok_lines(out)
+    assert len(lines) == hosts * local, out.stdout
+    for line in lines:
+        rank = int(line.split()[1])
+        assert f" {h.names[rank // local]} " in line + " ", line
+
+
+@pytest.mark.timeout(120)
+def test_ifname_moves_the_data_plane_to_the_named_link(ns_hosts):
+    h = ns_hosts(2, links=2)
+    counts = {}
+    for dev in ("cmrt0", "cmrt1"):
+        out = run(h.launch_cmd(1, [RANK, "traffic", dev], timeout=60,
+                               env=(f"COMMRT_IFNAME={dev}",)), 90)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        counts[dev] = sorted(int(line.split()[-1]) for line in ok_lines(out))
+    # a 4 MiB ring all-reduce on 2 ranks sends 4 MiB each way, through the link named
+    assert all(c > 4 << 20 for c in counts["cmrt0"]) and all(c > 4 << 20 for c in counts["cmrt1"])
+    out = run(h.launch_cmd(1, [RANK, "traffic", "cmrt0"], timeout=60,
+                           env=("COMMRT_IFNAME=cmrt1",)), 90)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert all(int(line.split()[-1]) < 1 << 20 for line in ok_lines(out)), out.stdout
+
+
+@pytest.mark.timeout(60)
+def test_unknown_ifname_names_the_interfaces_there(ns_hosts):
+    h = ns_hosts(2)
+    out = run(h.launch_cmd(1, [RANK, "hello"], timeout=30, env=("COMMRT_IFNAME=nosuch0",)), 50)
+    assert out.returncode != 0
+    assert "COMMRT_IFNAME='nosuch0'" in out.stderr and "cmrt0 (10.77.0." in out.stderr, \
+        out.stderr[-2000:]
+
+
+@pytest.mark.timeout(60)
+def test_each_namespace_is_its_own_host_without_a_launcher_name(ns_hosts):
+    h = ns_hosts(2)
+    probe = ("import os; from commrt.rendezvous.bootstrap import _host_id; "
+             "print(_host_id(os.environ))")
+    ids = [run(h.exec(i, [sys.executable, "-c", probe]), 30).stdout.strip() for i in (0, 1)]
+    name = os.uname().nodename
+    assert ids == [f"{name}/{h.names[0]}", f"{name}/{h.names[1]}"]
+    here = run([sys.executable, "-c", probe], 30).stdout.strip()
+    assert "/" not in here
+
+
+@pytest.mark.timeout(60)
+def test_torn_down_on_failure_with_nothing_left(ns_hosts):
+    hosts = _netns.Hosts(2, rate="100mbit")
+    with pytest.raises(RuntimeError, match="boom"):
+        with hosts:
+            sleeper = subprocess.Popen(hosts.exec(1, ["sleep", "60"]))
+            raise RuntimeError("boom")
+    assert sleeper.wait(10) is not None
+    assert not {n for n in _netns.existing() if n.startswith(hosts.name + "-")}
