@@ -1,0 +1,29 @@
+"""A commrt rank of ``bench hosts``, started by commrt-launch across namespace hosts.
+
+``python -m commrt.bench._hosts_rank --spec FILE --out DIR``: the collective
+benchmarks' loop (``_coll.measure``) over commrt's all-reduce; rank 0 writes
+``rank0.json`` (the times are already the slowest rank's).
+"""
+import os
+import sys
+
+from commrt.bench import _coll
+from commrt.bench._launch import rank_args, write_json
+
+
+def main(argv=None):
+    import commrt
+
+    args, spec = rank_args(argv)
+    comm = commrt.init()
+    try:
+        result = _coll.measure(_coll.CommrtOps(comm), spec)
+        if comm.rank == 0:
+            write_json(os.path.join(args.out, "rank0.json"), result)
+    finally:
+        comm.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""All-reduce across pretend hosts: network namespaces joined by links shaped with tc.
+
+    python -m commrt.bench hosts [--hosts 2] [--ranks-per-host 2]
+        [--rates 1gbit,10gbit] [--sizes 64K,1M,16M,64M]
+        [--algos ring,rabenseifner,tree,dbtree,hierarchical,auto] [--mpi]
+        [--rounds 3] [--mtu 9000] [--json out.json]
+
+For each link rate (``tc qdisc ... tbf rate RATE``, both directions of every
+host's link; see commrt/bench/_netns.py) and round: one commrt job of
+HOSTS x RANKS-PER-HOST ranks started by ``commrt-launch --hosts ... --ssh-cmd
+"ip netns exec"`` (shared memory inside a host, TCP between, COMMRT_IFNAME
+naming the link), timing every algorithm and size with the collective
+benchmarks' loop (``_coll.measure``: float32 SUM, the slowest rank's
+average, algorithms taking turns slice by slice); with ``--mpi`` also
+mpi4py's Allreduce under OpenMPI's ``mpirun`` across the same namespaces
+(``plm_rsh_agent`` an ``ip netns exec`` wrapper, ``btl_tcp_if_include``
+the link; OpenMPI's own defaults: shared memory inside a host, TCP between).
+Reports per rate the median time and busbw per (size, algorithm), auto/best
+(target <= 1.10), hierarchical/ring and, with --mpi, commrt's best/OpenMPI.
+Needs root and iproute2; the namespaces are removed afterwards.
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from commrt.bench import _launch, _netns
+from commrt.bench._stats import Summary, fmt_size, parse_size, table
+
+DEFAULT_ALGOS = "ring,rabenseifner,tree,dbtree,hierarchical,auto"
+
+
+def _spec(args):
+    return {"kind": "all_reduce", "sizes": [parse_size(s) for s in args.sizes.split(",")],
+            "algos": args.algos.split(","), "target_s": args.target_s, "slices": args.slices}
+
+
+def run_commrt(hosts, local, spec, tmp, timeout):
+    """One commrt job across hosts; rank 0's results."""
+    path = os.path.join(tmp, "spec.json")
+    _launch.write_json(path, spec)
+    env = [f"{k}={v}" for k, v in _launch.CHILD_ENV.items()] + [
+        f"COMMRT_IFNAME={_netns.IFNAME}", f"COMMRT_TIMEOUT={int(timeout)}"]
+    cmd = hosts.launch_cmd(local, ["-m", "commrt.bench._hosts_rank", "--spec", path, "--out",
+                                   tmp], timeout=timeout, env=env)
+    _launch.run_procs([cmd], [_launch._child_env({})], timeout + 30, "commrt across hosts")
+    return _launch._read_results(tmp, 1, "commrt across hosts")[0]
+
+
+AGENT = """#!/bin/sh
+# plm_rsh_agent of mpirun across namespace hosts: "AGENT HOST CMD..." runs CMD
+# in namespace HOST; OpenMPI's shared-memory segments are named after the
+# hostname, which the namespaces share, so each host gets its own directory.
+ns="$1"; shift
+mkdir -p "{dir}/$ns"
+exec ip netns exec "$ns" env OMPI_MCA_btl_vader_backing_directory="{dir}/$ns" /bin/sh -c "$*"
+"""
+
+
+def run_mpi(hosts, local, spec, tmp, timeout):
+    """mpi4py's Allreduce under mpirun across the same namespaces; rank 0's results."""
+    path = os.path.join(tmp, "spec.json")
+    _launch.write_json(path, {**spec, "algos": ["default"]})
+    agent = os.path.join(tmp, "nsexec")
+    with open(agent, "w") as f:
+        f.write(AGENT.format(dir=os.path.join(tmp, "vader")))
+    os.chmod(agent, 0o755)
+    n = local * hosts.count
+    host_list = ",".join(f"{ns}:{local}" for ns in hosts.names)
+    cmd = hosts.exec(0, _launch.mpirun_cmd(
+        n, ["plm_rsh_agent", agent, "btl_tcp_if_include", _netns.IFNAME,
+            "oob_tcp_if_include", _netns.IFNAME], ["--host", host_list])
+        + [sys.executable, "-m", "commrt.bench._coll_mpi", "--spec", path, "--out", tmp])
+    _launch.run_procs([cmd], [_launch._child_env({})], timeout, "mpirun across hosts")
+    return _launch._read_results(tmp, n, "mpirun across hosts")[0]
+
+
+def collect(args, log=print):
+    spec = _spec(args)
+    data = {}   # (rate, algo, bytes) -> [seconds per round]
+    with _netns.Hosts(args.hosts, mtu=args.mtu) as hosts:
+        for rate in args.rates.split(","):
+            hosts.set_rate(rate)
+            log(hosts.describe())
+            for r in range(args.rounds):
+                runs = [("commrt", run_commrt)] + ([("ompi", run_mpi)] if args.mpi else [])
+                for label, fn in runs[::-1 if r % 2 else 1]:
+                    with tempfile.TemporaryDirectory(prefix="commrt-bench-hosts-") as tmp:
+                        os.chmod(tmp, 0o755)
+                        res = fn(hosts, args.ranks_per_host, spec, tmp, args.timeout)
+                    for row in res["rows"]:
+                        algo = "ompi" if label == "ompi" else row["algo"]
+                        data.setdefault((rate, algo, row["bytes"]), []).append(row["time_s"])
+                log(f"  {rate}: round {r + 1}/{args.rounds} done (load "
+                    f"{os.getloadavg()[0]:.1f})")
+    return data
+
+
+def _ratio_cell(data, rate, size, num, den):
+    a, b = data.get((rate, num, size)), data.get((rate, den, size))
+    return Summary([x / y for x, y in zip(a, b)]).cell() if a and b else "n/a"
+
+
+def report(args, data):
+    n = args.hosts * args.ranks_per_host
+    factor = 2 * (n - 1) / n
+    lines = []
+    for rate in args.rates.split(","):
+        algos = sorted({k[1] for k in data if k[0] == rate},
+                       key=lambda a: (a in ("auto", "ompi"), a))
+        sizes = sorted({k[2] for k in data if k[0] == rate})
+        fixed = [a for a in algos if a not in ("auto", "ompi")]
+        rows = []
+        for size in sizes:
+            row = [fmt_size(size)]
+            for a in algos:
+                v = data.get((rate, a, size))
+                row.append(f"{Summary([x * 1e6 for x in v]).cell()} us / "
+                           f"{size * factor / Summary(v).median / 1e9:.2f} GB/s" if v else "n/a")
+            best = min(fixed, key=lambda a: Summary(data[(rate, a, size)]).median)
+            row.append(_ratio_cell(data, rate, size, "auto", best) if "auto" in algos else "n/a")
+            row.append(_ratio_cell(data, rate, size, "ring", "hierarchical"))
+            row.append(_ratio_cell(data, rate, size, "ompi", best) if "ompi" in algos else "n/a")
+            rows.append(row)
+        lines.append(f"{args.hosts} hosts x {args.ranks_per_host} ranks, links at {rate}: "
+                     "time (median [range] over rounds) / busbw")
+        lines.append(table(["size"] + algos + ["auto/best", "ring/hier", "ompi/best"], rows))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m commrt.bench hosts",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--hosts", type=int, default=2)
+    p.add_argument("--ranks-per-host", type=int, default=2)
+    p.add_argument("--rates", default="1gbit,10gbit")
+    p.add_argument("--sizes", default="64K,1M,16M,64M")
+    p.add_argument("--algos", default=DEFAULT_ALGOS)
+    p.add_argument("--mpi", action="store_true", help="also OpenMPI (mpi4py) across the hosts")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--mtu", type=int, default=9000)
+    p.add_argument("--target-s", type=float, default=0.2, help="timed seconds per slice loop")
+    p.add_argument("--slices", type=int, default=5)
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--json", help="also write the raw samples here")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    missing = _netns.missing_tools()
+    if missing:
+        print(f"bench hosts needs {', '.join(missing)}", file=sys.stderr)
+        return 2
+    print(f"commrt all-reduce across {args.hosts} namespace hosts x {args.ranks_per_host} "
+          f"ranks, {args.rounds} rounds, {os.cpu_count()} cores, load "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    data = collect(args)
+    print(report(args, data))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"|".join(map(str, k)): v for k, v in data.items()}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
