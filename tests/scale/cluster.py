@@ -245,6 +245,15 @@ class Slurm:
                 PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
                 """))
 
+    def wait_job(self, job_id, timeout):
+        """Wait until the job has left the queue (sbatch --wait polls at seconds)."""
+        def gone():
+            out = subprocess.run(self.cmd(["squeue", "-h", "-j", job_id, "-o", "%T"]),
+                                 capture_output=True, text=True, timeout=20,
+                                 env={**os.environ, **self.env})
+            return out.returncode == 0 and not out.stdout.strip()
+        _wait(gone, timeout, f"Slurm job {job_id}", [self.path("slurmctld.log")])
+
     def stop(self):
         _stop(self.procs)
         self.procs = []

@@ -37,7 +37,7 @@ def test_commrt_launch_over_real_ssh(ssh_hosts, tmp_path):
     hosts, sshd = ssh_hosts
     cmd = hosts.exec(0, [sys.executable, "-m", "commrt.launcher", "-n", "4", "--hosts",
                          "nsA:2,nsB:2", "--ssh-cmd", sshd.ssh_cmd, "--bind", hosts.addrs[0],
-                         "--timeout", "60", RANK, "hello"])
+                         "--network-interface", "cmrt0", "--timeout", "60", RANK, "hello"])
     out = run(cmd, 100, env=clean_env(COMMRT_TIMEOUT="60", COMMRT_COST_CACHE=""))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     lines = ok_lines(out)
@@ -125,8 +125,12 @@ def test_srun_and_sbatch_on_a_one_node_slurm(slurm, tmp_path):
     assert ok_lines(out) == [f"ok {r} 4 {node} -" for r in range(4)], out.stdout
 
     log = tmp_path / "job.out"
-    out = run(slurm.cmd(["sbatch", "--wait", f"--output={log}", f"--chdir={tmp_path}", SBATCH,
-                         RANK, "hello"]), 120, env=env)
-    assert out.returncode == 0, out.stdout + out.stderr + (log.read_text() if log.exists() else "")
+    out = run(slurm.cmd(["sbatch", "--parsable", f"--output={log}", f"--chdir={tmp_path}",
+                         SBATCH, RANK, "hello"]), 60, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = out.stdout.strip().split(";")[0]
+    slurm.wait_job(job, 90)
+    state = run(slurm.cmd(["scontrol", "show", "job", job]), 30, env=env).stdout
+    assert "JobState=COMPLETED" in state, state + (log.read_text() if log.exists() else "")
     got = sorted(line for line in log.read_text().splitlines() if line.startswith("ok "))
     assert got == [f"ok {r} 4 {node} -" for r in range(4)], log.read_text()
