@@ -173,6 +173,13 @@ class Coordinator:
                 pass
         except BaseException as exc:             # a lost peer, an abort, a bug: the job broke
             self._break(exc)
+            return
+        if not self.stopping:                    # another rank called shutdown()
+            err = HorovodInternalError("Horovod has been shut down: another rank called "
+                                       "hvd.shutdown()")
+            with self.lock:
+                self.broken = err
+            self._fail_all(err)
 
     def _cycle(self):
         with self.lock:

@@ -583,3 +583,19 @@ def optimizer_process_set(comm):
         opt.step()
         want = -sum(q + 1 for q in mine.ranks) / len(mine.ranks)
         return torch.allclose(model.weight, torch.full((1, 2), float(want)))
+
+
+def one_rank_shuts_down(comm):
+    """When one rank calls shutdown(), the others' operations raise, never hang."""
+    hvd.init(comm=comm)
+    try:
+        if hvd.rank() == 0:
+            return "shut down"
+        time.sleep(0.3)
+        try:
+            hvd.allreduce(torch.ones(3), name="after_shutdown")
+            return "no error"
+        except hvd.HorovodInternalError as exc:
+            return "shut down" if "shut down" in str(exc) else str(exc)
+    finally:
+        hvd.shutdown()

@@ -121,3 +121,7 @@ def test_optimizer_cases_of_horovods_suite(world3):
 
 def test_optimizer_on_a_process_set(world3):
     assert world3.run(hvd_ranks.optimizer_process_set, timeout=60) == [True] * 3
+
+
+def test_one_rank_shutting_down_fails_the_others_operations(world3):
+    assert world3.run(hvd_ranks.one_rank_shuts_down, timeout=60) == ["shut down"] * 3
