@@ -1,13 +1,14 @@
 """Horovod-style synthetic training: commrt.horovod (fusion on/off, fp16) beside torch DDP.
 
     python -m commrt.bench horovod [--sizes 2,4] [--rounds 3] [--steps 20] [--warmup 3]
-                                   [--batch 16] [--model small|wide] [--json FILE]
+                                   [--batch 16] [--models many,cnn] [--json FILE]
 
-As Horovod's examples/pytorch/pytorch_synthetic_benchmark.py: a CNN defined
-here (no torchvision), synthetic images of 3x32x32, one thread per rank.
-``small`` has 12 conv+BatchNorm blocks of 32 channels (~40 small tensors,
-0.1 M parameters: fusion's case), ``wide`` 4 blocks of 128 channels.  Per
-round and world size, interleaved: commrt.horovod's DistributedOptimizer
+As Horovod's examples/pytorch/pytorch_synthetic_benchmark.py: CNNs defined
+here (no torchvision), synthetic images, one thread per rank.  ``cnn`` has
+12 conv+BatchNorm blocks of 32 channels on 3x32x32 images (~40 tensors; the
+DDP comparison), ``many`` 48 blocks of 16 channels on 3x8x8 images (~150
+tiny tensors for little compute: fusion's case).  Per model, round and
+world size, interleaved: commrt.horovod's DistributedOptimizer
 with fusion (default HOROVOD_FUSION_THRESHOLD), without (threshold 0), with
 fusion and Compression.fp16, and torch DistributedDataParallel over Gloo
 (the Horovod package itself does not build here), each a fresh job started
@@ -31,17 +32,17 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def run_one(mode, n, args):
+def run_one(model, mode, n, args):
     cmd = [sys.executable, "-m", "commrt.launcher", "-n", str(n), "--no-prefix",
            "--env", "OMP_NUM_THREADS=1", "--env", "MASTER_ADDR=127.0.0.1",
            "--env", f"MASTER_PORT={_free_port()}",
-           "-m", "commrt.bench._horovod_worker", mode, args.model, str(args.batch),
+           "-m", "commrt.bench._horovod_worker", mode, model, str(args.batch),
            str(args.steps), str(args.warmup)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     for line in out.stdout.splitlines():
         if line.startswith("{"):
             return json.loads(line)["imgs_per_s"]
-    raise RuntimeError(f"{mode} at N={n} failed (exit {out.returncode}):\n"
+    raise RuntimeError(f"{model} {mode} at N={n} failed (exit {out.returncode}):\n"
                        f"{(out.stdout + out.stderr)[-2000:]}")
 
 
@@ -53,35 +54,36 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--model", choices=("small", "wide"), default="small")
+    p.add_argument("--models", default="many,cnn", help="many and/or cnn")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     modes = [m for m in args.modes.split(",") if m]
-    samples = {(n, m): [] for n in sizes for m in modes}
+    models = [m for m in args.models.split(",") if m]
+    keys = [(mo, n, m) for mo in models for n in sizes for m in modes]
+    samples = {k: [] for k in keys}
     for r in range(args.rounds):
-        for n in sizes:
-            order = modes if r % 2 == 0 else list(reversed(modes))   # interleaved
-            for m in order:
-                samples[(n, m)].append(run_one(m, n, args))
+        for mo in models:
+            for n in sizes:
+                order = modes if r % 2 == 0 else list(reversed(modes))   # interleaved
+                for m in order:
+                    samples[(mo, n, m)].append(run_one(mo, m, n, args))
     rows = []
-    for n in sizes:
-        s = {m: Summary(samples[(n, m)]) for m in modes}
-        ddp = s.get("ddp")
-        off = s.get("nofusion")
-        row = [str(n)] + [s[m].cell() for m in modes]
-        row.append(_ratio(s.get("fusion"), ddp))
-        row.append(_ratio(s.get("fusion"), off))
-        rows.append(row)
-    print(f"images/s over all ranks, model {args.model}, batch {args.batch} per rank, "
-          f"{args.steps} steps, {args.rounds} rounds")
-    print(table(["N"] + list(modes) + ["fusion/ddp", "fusion/off"], rows))
+    for mo in models:
+        for n in sizes:
+            s = {m: Summary(samples[(mo, n, m)]) for m in modes}
+            rows.append([mo, str(n)] + [s[m].cell() for m in modes]
+                        + [_ratio(s.get("fusion"), s.get("ddp")),
+                           _ratio(s.get("fusion"), s.get("nofusion"))])
+    print(f"images/s over all ranks, batch {args.batch} per rank, {args.steps} steps, "
+          f"{args.rounds} rounds (median [min-max])")
+    print(table(["model", "N"] + modes + ["fusion/ddp", "fusion/off"], rows, "ll" + "r" * (len(modes) + 2)))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({f"{n}/{m}": Summary(v).as_dict() for (n, m), v in samples.items()}, f,
-                      indent=1)
+            json.dump({f"{mo}/{n}/{m}": Summary(v).as_dict() for (mo, n, m), v in samples.items()},
+                      f, indent=1)
     return 0
 
 

@@ -274,11 +274,11 @@ class Coordinator:
                 self._done(ps, op, result=how)
                 continue
             full = sigs if isinstance(sigs, dict) else dict(enumerate(sigs))
-            error = _check(name, full, ps)
-            if error is not None:
-                self._done(ps, op, error=HorovodMismatchError(error))
-                continue
-            if how == "table":
+            if how == "table":                   # cache entries were checked on entry
+                error = _check(name, full, ps)
+                if error is not None:
+                    self._done(ps, op, error=HorovodMismatchError(error))
+                    continue
                 self._remember(ps, name, full)
             if next(iter(full.values()))[0] == "allreduce":
                 fusable.append((name, full, op))
