@@ -187,8 +187,17 @@ def mismatches(comm):
                 errors.append(None)
             except ValueError:
                 errors.append("ValueError")
+        # a name the response cache knows, then submitted with another shape on one rank
+        for _ in range(3):
+            hvd.allreduce(torch.ones(4), name="cached_one", op=hvd.Sum)
+        try:
+            hvd.allreduce(torch.ones(5 if r == 1 else 4), name="cached_one", op=hvd.Sum)
+            errors.append(None)
+        except RuntimeError as exc:
+            errors.append(type(exc).__name__)
+        again = hvd.allreduce(torch.ones(4), name="cached_one", op=hvd.Sum)[0].item()
         ok = hvd.allreduce(torch.ones(3), op=hvd.Sum)[0].item()
-        return errors, ok
+        return errors, ok == again == hvd.size()
 
 
 def gather_scatter(comm):
