@@ -10,8 +10,11 @@ import hvd_ranks
 def test_basics_and_reinit(world3):
     out = world3.run(hvd_ranks.basics, timeout=60)
     assert [o["rank"] for o in out] == [0, 1, 2] and {o["size"] for o in out} == {3}
-    assert [o["local_rank"] for o in out] == [0, 1, 2] and {o["local_size"] for o in out} == {3}
-    assert {o["cross_size"] for o in out} == {1} and all(o["homogeneous"] for o in out)
+    assert [o["local_rank"] for o in out] == [0, 1, 0]
+    assert [o["local_size"] for o in out] == [2, 2, 1]
+    assert [o["cross_rank"] for o in out] == [0, 0, 1]     # among ranks of one local rank
+    assert [o["cross_size"] for o in out] == [2, 1, 2]
+    assert not any(o["homogeneous"] for o in out)
     assert all(o["initialized"] and not o["after"] for o in out)
     assert {o["gloo"] for o in out} == {(True, True)}
     assert {o["others"] for o in out} == {(False, False, False, False)}
