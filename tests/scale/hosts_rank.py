@@ -3,6 +3,7 @@ across pretend hosts whose ranks fill hosts in blocks of COMMRT_LOCAL_WORLD_SIZE
 
     python hosts_rank.py layout HOSTS   host identity, channels, every all-reduce
     python hosts_rank.py traffic DEV    bytes of a large all-reduce leave by DEV
+    python hosts_rank.py choice         the model's all-reduce per size, one line
     python hosts_rank.py hello          an all-reduce; rank, size and host, one line
 """
 import os
@@ -66,6 +67,10 @@ def main():
         C.all_reduce(comm, x, "SUM", "ring")
         assert np.all(x == comm.size)
         print("ok", r, tx_bytes(dev) - before, flush=True)
+    elif mode == "choice":
+        picks = [cost.choose_allreduce(comm, k) for k in (8, 64 << 10, 16 << 20)]
+        p = cost.params(comm)
+        print("ok", r, *picks, f"beta_net/beta={p.beta_net / p.beta:.0f}", flush=True)
     else:
         x = np.full(3, r + 1, np.int64)
         C.all_reduce(comm, x)

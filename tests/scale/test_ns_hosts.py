@@ -30,6 +30,19 @@ def test_every_all_reduce_across_namespace_hosts(ns_hosts, hosts, local):
 
 
 @pytest.mark.timeout(120)
+def test_a_slow_network_makes_the_model_pick_hierarchical_for_large_messages(ns_hosts):
+    # 100 Mbit/s links: β_net is some 100x shared memory's, so at 16 MiB only the
+    # leaders' bytes should cross (the flat algorithms send 1.5-3x as many)
+    h = ns_hosts(2, rate="100mbit")
+    out = run(h.launch_cmd(2, [RANK, "choice"], timeout=90,
+                           env=("COMMRT_IFNAME=cmrt0", "COMMRT_COST_CACHE=")), 110)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = ok_lines(out)
+    assert len(lines) == 4 and len({line.split(" ", 2)[2] for line in lines}) == 1, lines
+    assert lines[0].split()[4] == "hierarchical", lines[0]
+
+
+@pytest.mark.timeout(120)
 def test_ifname_moves_the_data_plane_to_the_named_link(ns_hosts):
     h = ns_hosts(2, links=2)
     counts = {}
