@@ -1,0 +1,42 @@
+"""The all-reduce algorithms' schedules, as the runtime runs them, in the simulator's form.
+
+An algorithm module's ``schedule`` is the source (never a re-implementation
+here): either the registry convention ``schedule(n, rank, count, root=0)``
+-> steps of Msg ``(op, peer, lo, hi)``, or Rabenseifner's pairwise form
+``schedule(p2, v, count, real)`` -> ``(partner, send lo, send hi, receive
+lo, receive hi, reduce)`` per step, which becomes one send and one receive
+(combine when it reduces) per step.  Algorithms without a schedule are not
+simulated: ``steps`` says so.
+"""
+import inspect
+
+from commrt.sim.engine import ScheduleError
+
+
+def _module(algo):
+    from commrt.collectives import allreduce
+
+    return allreduce.module(algo)
+
+
+def has_schedule(algo):
+    return hasattr(_module(algo), "schedule")
+
+
+def steps_of(algo, n, count):
+    """A function rank -> that rank's steps for an n-rank all-reduce of count elements."""
+    mod = _module(algo)
+    sched = getattr(mod, "schedule", None)
+    if sched is None:
+        raise ScheduleError(f"all-reduce {algo!r} has no schedule yet: it cannot be simulated")
+    first = next(iter(inspect.signature(sched).parameters))
+    if first != "p2":
+        return lambda r: [list(step) for step in sched(n, r, count)]
+    if n & (n - 1):
+        raise ScheduleError(f"{algo}'s schedule covers its power-of-two core only; {n} ranks "
+                            "is not a power of two")
+
+    def pairwise(r):
+        return [[("send", q, s0, s1), ("combine" if red else "recv", q, r0, r1)]
+                for q, s0, s1, r0, r1, red in sched(n, r, count)]
+    return pairwise

@@ -1,0 +1,77 @@
+"""The simulator runs the runtime's own schedules: on uncontended links it
+reproduces the α-β-γ formula exactly, a node's shared NIC slows the steps
+that cross it, and bad schedules and unschedulable algorithms are named."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from commrt.collectives import allreduce
+from commrt.collectives.allreduce import rabenseifner
+from commrt.sim import ScheduleError, Topology, simulate, schedules
+
+A, B, G = 5e-6, 1e-9, 2e-10
+
+
+def topo(nodes, per_node, **kw):
+    base = dict(alpha_shm=A, beta_shm=B, alpha_net=A, beta_net=B, gamma=G, segment=1 << 30)
+    base.update(kw)
+    return Topology(nodes, per_node, **base)
+
+
+@pytest.mark.parametrize("n", [2, 4, 16, 64])
+def test_rabenseifner_on_free_links_is_its_formula(n):
+    count = 1 << 16
+    k = 4 * count
+    t = simulate(topo(n, 1), schedules.steps_of("rabenseifner", n, count))
+    steps = int(math.log2(n))
+    want = 2 * steps * A + 2 * (n - 1) / n * k * B + (n - 1) / n * k * G
+    assert t == pytest.approx(want, rel=1e-9)
+
+
+def test_a_shared_nic_serialises_the_steps_that_cross_it():
+    count = 1 << 18
+    k = 4 * count
+    spread = simulate(topo(8, 1), schedules.steps_of("rabenseifner", 8, count))
+    shared = simulate(topo(2, 4), schedules.steps_of("rabenseifner", 8, count))
+    # two steps move K/2 between the nodes; four ranks share each NIC there
+    assert spread + 1.5 * k * B <= shared <= spread + 3 * k * B * (1 + 1e-9)
+
+
+def test_the_schedule_is_the_runtimes():
+    steps = schedules.steps_of("rabenseifner", 4, 100)(1)
+    want = [[("send", q, s0, s1), ("combine" if red else "recv", q, r0, r1)]
+            for q, s0, s1, r0, r1, red in rabenseifner.schedule(4, 1, 100)]
+    assert steps == want
+
+
+def test_unmatched_and_unschedulable_are_errors():
+    def lonely(r):
+        return [[("recv", 1 - r, 0, 4)]] if r == 0 else [[]]
+    with pytest.raises(ScheduleError, match="never finished"):
+        simulate(topo(2, 1), lonely)
+    with pytest.raises(ScheduleError, match="power-of-two"):
+        schedules.steps_of("rabenseifner", 6, 10)
+    if not schedules.has_schedule("ring"):
+        with pytest.raises(ScheduleError, match="no schedule"):
+            schedules.steps_of("ring", 4, 10)
+
+
+@pytest.mark.timeout(120)
+def test_command_line_json_and_calibration():
+    out = subprocess.run([sys.executable, "-m", "commrt.sim", "allreduce", "--algo",
+                          "rabenseifner", "--ranks", "16", "--ranks-per-node", "4", "--size",
+                          "1M", "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["algo"] == "rabenseifner" and res["ranks"] == 16 and res["time_s"] > 0
+    assert res["auto_picks"] in allreduce.NAMES
+    out = subprocess.run([sys.executable, "-m", "commrt.sim", "allreduce", "--algo",
+                          "rabenseifner", "--ranks", "4", "--ranks-per-node", "2", "--size",
+                          "64K", "--calibrated", "--json"], capture_output=True, text=True,
+                         timeout=110)
+    assert out.returncode == 0, out.stderr
+    params = json.loads(out.stdout)["params"]
+    assert params["beta_net"] > 0 and params["beta_shm"] > 0 and params["gamma"] > 0
