@@ -102,3 +102,14 @@ def test_forced_algorithm_is_read_on_every_call(monkeypatch):
     assert cost._forced() == ""
     monkeypatch.setenv("COMMRT_ALLREDUCE_ALGO", "tree")
     assert cost._forced() == "tree"
+
+
+@pytest.mark.parametrize("n", [4, 8, 16])
+def test_the_double_tree_wins_on_latency_not_on_bytes(n):
+    p = cost.Params(alpha=5e-6, beta=1e-10, gamma=2e-11, segment=256 << 10, cores=64, local=n)
+    dbtree, tree, raben = (allreduce.module(a) for a in ("dbtree", "tree", "rabenseifner"))
+    big = 256 << 20
+    assert raben.cost(n, big, p) < dbtree.cost(n, big, p) < tree.cost(n, big, p)
+    # its latency grows with the depth, log2 N, like the single tree's
+    small = 8
+    assert dbtree.cost(n, small, p) <= tree.cost(n, small, p) * 1.01

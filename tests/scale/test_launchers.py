@@ -118,7 +118,8 @@ def slurm(ns_hosts, tmp_path):
 
 @pytest.mark.timeout(150)
 def test_srun_and_sbatch_on_a_one_node_slurm(slurm, tmp_path):
-    env = clean_env(**slurm.env, COMMRT_TIMEOUT="60", PYTHON=sys.executable)
+    env = clean_env(**slurm.env, COMMRT_TIMEOUT="60", COMMRT_COST_CACHE="",
+                    PYTHON=sys.executable)
     out = run(slurm.cmd(["srun", "-n", "4", sys.executable, RANK, "hello"]), 90, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     node = f"{slurm.node}/{slurm.hosts.names[0]}"

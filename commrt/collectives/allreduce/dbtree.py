@@ -28,10 +28,13 @@ other's receives.  The result is computed at each tree's root and sent
 down, so every rank ends bitwise equal.
 
 Cost (d = depth ~ log2 N, s = a segment, C segments of one half): the first
-segment's trip up and down, 2d·(α + s·(β + γ)), then per further segment the
-busiest rank: an inner node of one tree and a leaf of the other, which
-receives 2s and sends s in its inner tree and sends s, receives s in its
-leaf tree: (C-1)·(3s·β + 2s·γ + 3α).  Bytes sent per rank: about K.
+segment's trip up and down, 2d·(α + s·(β + γ)), then per further segment
+index the busiest rank, an inner node of one tree and a leaf of the other:
+in its inner tree it receives 2s from its children and s from its parent
+and combines 2s, in its leaf tree it receives s: (C-1)·(4s·β + 2s·γ + 3α),
+so 2K·β + K·γ for large K (Rabenseifner's 2(N-1)/N·K·β is less: the trees
+win on latency, log depth with pipelined segments, not on bytes).  Bytes
+sent per rank: about 2K for the busiest, K on average.
 """
 import math
 
@@ -87,7 +90,7 @@ def cost(n, nbytes, p):
     g = p.g(seg)
     d = depth(n)
     lat = 2 * d * p.step(n) + (c - 1) * 3 * p.alpha
-    crit = 2 * d * seg * (p.beta + g) + (c - 1) * seg * (3 * p.beta + 2 * g)
+    crit = 2 * d * seg * (p.beta + g) + (c - 1) * seg * (4 * p.beta + 2 * g)
     return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
 
 
