@@ -188,7 +188,12 @@ class Driver:
             if not self.workers:
                 bad = [c for c in self.finished.values() if c != 0]
                 return bad[-1] if bad else 0
-            if failed and not any(c == 0 for c in self.finished.values()):
+            if failed and self.finished:
+                # the job was ending: no generation would run, so the survivors would
+                # wait in init(); stop them with the failure's code
+                self._note("a worker failed after others had finished: stopping the job")
+                return failed[-1]
+            if failed:
                 self.resets += 1
                 if self.spec.reset_limit is not None and self.resets > self.spec.reset_limit:
                     self._note(f"{self.resets} resets exceed --reset-limit "

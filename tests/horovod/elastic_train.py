@@ -76,10 +76,13 @@ def train(state):
 
 state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=0,
                                counts=torch.zeros(EPOCHS, N))
+resets = []
+state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 loss = train(state)
 if hvd.rank() == 0:
     with open(sys.argv[1], "w") as f:
         json.dump({"counts": state.counts.tolist(), "size": hvd.size(), "loss": loss,
-                   "generation": hvd_elastic.current_generation()}, f)
+                   "generation": hvd_elastic.current_generation(),
+                   "resets": resets}, f)
 print(f"rank {hvd.rank()} done in generation {hvd_elastic.current_generation()}")
 hvd.shutdown()

@@ -463,6 +463,8 @@ def sync_batch_norm(comm):
 
 
 def timeline(comm, path):
+    with horovod(comm, HOROVOD_TIMELINE=path + ".env"):   # from init(), rank 0 writes it
+        hvd.allreduce(torch.ones(2), name="from_env")
     with horovod(comm):
         hvd.start_timeline(path, mark_cycles=True)
         hvd.allreduce(torch.tensor([1.0, 2.0, 3.0]), name="test_allreduce")

@@ -115,6 +115,7 @@ def test_timeline(world3, tmp_path):
                    "NEGOTIATE_ALLREDUCE", '"ALLREDUCE"', "CYCLE_START"):
         assert needle in text, needle
     assert any(e.get("ph") == "B" for e in events)
+    assert "allreduce.from_env" in (tmp_path / "timeline.json.env").read_text()
 
 
 def test_optimizer_cases_of_horovods_suite(world3):

@@ -44,6 +44,7 @@ def test_elastic_job_survives_a_killed_worker_and_processes_each_sample_once(tmp
     assert "exited with code 137" in out, out          # rank 1 really was SIGKILLed
     data = json.loads(result.read_text())
     assert data["generation"] >= 1 and data["size"] == 3, data
+    assert data["resets"] and data["resets"][-1] == 3, data   # reset callbacks ran
     for epoch, counts in enumerate(data["counts"]):
         assert counts == [1.0] * len(counts), (epoch, counts)
 
@@ -61,5 +62,6 @@ def test_elastic_job_grows_when_discovery_reports_a_new_slot(tmp_path):
     assert proc.returncode == 0, out
     data = json.loads(result.read_text())
     assert data["generation"] == 1 and data["size"] == 3, (data, out)
+    assert data["resets"] == [3], data
     for epoch, counts in enumerate(data["counts"]):
         assert counts == [1.0] * len(counts), (epoch, counts)
