@@ -13,10 +13,9 @@ through host memory).  Two families: ``send/recv`` move buffers,
 ``send_obj/recv_obj`` move pickled objects between authenticated peers.
 """
 import hashlib
+import numbers
 import pickle
 import threading
-
-import numpy as np
 
 from commrt import config
 from commrt.errors import CommError
@@ -71,7 +70,7 @@ class Communicator:
 
     # ------------------------------------------------------------ helpers
     def _peer(self, r, what):
-        if not isinstance(r, (int, np.integer)) or isinstance(r, bool):
+        if not isinstance(r, numbers.Integral) or isinstance(r, bool):  # int, np.int64, ...
             raise TypeError(f"{what} must be an int rank, got {type(r).__name__}")
         if r < 0 or r >= self.size:
             raise ValueError(f"{what} {r} out of range: communicator size is {self.size}")

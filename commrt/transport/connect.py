@@ -20,7 +20,6 @@ import socket
 import struct
 import threading
 import time
-import uuid
 
 from commrt import config
 from commrt.errors import AuthError, BootstrapError, CommTimeoutError, TransportError
@@ -126,7 +125,7 @@ class _Listeners:
         self.tcp.bind((bind_addr, 0))
         self.tcp.listen(128)
         self.tcp_addr = list(self.tcp.getsockname()[:2])
-        self.unix_name = b"\0commrt-" + uuid.uuid4().hex.encode()
+        self.unix_name = b"\0commrt-" + os.urandom(16).hex().encode()
         self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.unix.bind(self.unix_name)
         self.unix.listen(128)
@@ -152,6 +151,9 @@ class _Acceptor(threading.Thread):
         self.done = threading.Event()
         self.error = None
         self.stopping = False
+        # stop() wakes run() at once: a select timeout would hold every rank's
+        # init up to that long after its last peer connected
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         if not self.expected:
             self.done.set()
 
@@ -159,11 +161,14 @@ class _Acceptor(threading.Thread):
         sel = selectors.DefaultSelector()
         sel.register(self.listeners.tcp, selectors.EVENT_READ)
         sel.register(self.listeners.unix, selectors.EVENT_READ)
+        sel.register(self._wake_r, selectors.EVENT_READ)
         try:
             while not self.done.is_set() and not self.stopping:
                 if time.monotonic() > self.deadline:
                     break
                 for key, _ in sel.select(timeout=0.1):
+                    if key.fileobj == self._wake_r:
+                        return
                     try:
                         conn, _ = key.fileobj.accept()
                     except OSError:
@@ -221,7 +226,15 @@ class _Acceptor(threading.Thread):
 
     def stop(self):
         self.stopping = True
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:         # already woken (a full pipe) or closed
+            pass
         super().join(1.0)
+        if not self.is_alive() and self._wake_w >= 0:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
 
 
 def _connect(engine, secret, rank, peer, kind, addr, deadline):
