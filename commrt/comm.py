@@ -70,7 +70,8 @@ class Communicator:
 
     # ------------------------------------------------------------ helpers
     def _peer(self, r, what):
-        if not isinstance(r, numbers.Integral) or isinstance(r, bool):  # int, np.int64, ...
+        if type(r) is not int and (not isinstance(r, numbers.Integral)  # np.int64 too
+                                   or isinstance(r, bool)):
             raise TypeError(f"{what} must be an int rank, got {type(r).__name__}")
         if r < 0 or r >= self.size:
             raise ValueError(f"{what} {r} out of range: communicator size is {self.size}")

@@ -12,10 +12,15 @@ command, from exec to exit.  Launchers run in the same invocation,
 interleaved round by round (forward order in even rounds, reverse in odd
 ones); each cell is the median over rounds with [min-max].  Python
 launchers are started as ``python -m`` so that no wrapper (a pyenv shim,
-say) is timed.  Targets: commrt <= 1.0x mpirun and <= 0.5x torchrun.
+say) is timed.  Beside the wall time, the CPU time (user + system) of the
+whole job: the launcher and every process it started, as getrusage counts
+the children it reaped; on a loaded machine it is the steadier figure.
+Targets: commrt <= 1.0x mpirun and <= 0.5x torchrun (wall time).
 """
 import argparse
+import importlib.util
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -71,21 +76,56 @@ def _importable(name):
     return importlib.util.find_spec(name) is not None
 
 
+def _children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def time_once(argv, timeout):
-    """Seconds from start to exit, or None (with the reason printed) on failure."""
+    """(wall seconds, CPU seconds of the job) from start to exit, or (None, None)
+    (with the reason printed) on failure."""
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    start = time.perf_counter()
+    cpu0, start = _children_cpu(), time.perf_counter()
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         print(f"  {argv[0]} ... timed out after {timeout:g} s", file=sys.stderr)
-        return None
-    elapsed = time.perf_counter() - start
+        return None, None
+    elapsed, cpu = time.perf_counter() - start, _children_cpu() - cpu0
     if out.returncode != 0:
         tail = "\n    ".join((out.stderr or out.stdout).strip().splitlines()[-5:])
         print(f"  {' '.join(argv[:4])} ... exited {out.returncode}:\n    {tail}", file=sys.stderr)
-        return None
-    return elapsed
+        return None, None
+    return elapsed, cpu
+
+
+def stale_bytecode():
+    """commrt's modules without up-to-date bytecode, when nothing will write it
+    (PYTHONDONTWRITEBYTECODE): every rank then compiles them from source."""
+    if not sys.dont_write_bytecode:
+        return []
+    stale = []
+    for root in {os.path.dirname(importlib.util.find_spec(m).origin)
+                 for m in ("commrt.comm", "commrt.launcher.cli", "commrt.kernels")}:
+        for folder, _, files in os.walk(root):
+            for name in files:
+                if name.endswith(".py") and not _fresh_bytecode(os.path.join(folder, name)):
+                    stale.append(os.path.join(folder, name))
+    return stale
+
+
+def _fresh_bytecode(path):
+    try:
+        with open(importlib.util.cache_from_source(path), "rb") as f:
+            head = f.read(16)
+        st = os.stat(path)
+    except OSError:
+        return False
+    flags = int.from_bytes(head[4:8], "little")
+    if flags:  # hash-based bytecode: checked by hash, assume fresh
+        return True
+    return (int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
 
 
 def main(argv=None):
@@ -97,24 +137,39 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=120.0, help="per job, seconds")
     args = parser.parse_args(argv)
 
+    stale = stale_bytecode()
+    if stale:
+        print(f"note: {len(stale)} of commrt's modules have no up-to-date bytecode and "
+              f"PYTHONDONTWRITEBYTECODE is set, so every rank compiles them from source "
+              f"(e.g. {os.path.relpath(stale[0])}); `pip install -e .` again, or `python -m "
+              f"compileall -q commrt kernels launcher`, writes it", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="commrt-bench-launch-") as workdir:
         commands = launchers(args.nprocs, workdir, not args.no_peers)
         samples = {name: [] for name in commands}
+        cpu = {name: [] for name in commands}
         time_once(commands["commrt-launch"], args.timeout)  # warm the page cache, once
         for rnd in range(args.rounds):
             order = list(commands) if rnd % 2 == 0 else list(reversed(commands))
             for name in order:
-                samples[name].append(time_once(commands[name], args.timeout))
+                wall, used = time_once(commands[name], args.timeout)
+                samples[name].append(wall)
+                cpu[name].append(used)
             print(f"round {rnd + 1}/{args.rounds}: " + ", ".join(
-                f"{n} {fmt_num(samples[n][-1])} s" for n in order), file=sys.stderr)
+                f"{n} {fmt_num(samples[n][-1])} s (CPU {fmt_num(cpu[n][-1])} s)" for n in order),
+                file=sys.stderr)
 
     summaries = {name: Summary(s) for name, s in samples.items()}
+    cpu_summaries = {name: Summary(s) for name, s in cpu.items()}
     ours = summaries["commrt-launch"].median
-    rows = [[name, s.cell(), ratio(ours, s.median) if name != "commrt-launch" else "1.00"]
+    ours_cpu = cpu_summaries["commrt-launch"].median
+    rows = [[name, s.cell(), ratio(ours, s.median) if name != "commrt-launch" else "1.00",
+             cpu_summaries[name].cell(),
+             ratio(ours_cpu, cpu_summaries[name].median) if name != "commrt-launch" else "1.00"]
             for name, s in summaries.items()]
     print(f"\nJob start-up, {args.nprocs} ranks: init + one barrier + exit "
-          f"(seconds, median [min-max] of {args.rounds}; {os.cpu_count()} cores)\n")
-    print(table(["launcher", "wall s", "commrt / this"], rows))
+          f"(seconds, median [min-max] of {args.rounds}; {os.cpu_count()} cores; CPU: user + "
+          f"system of the launcher and all it started)\n")
+    print(table(["launcher", "wall s", "commrt / this", "CPU s", "commrt / this (CPU)"], rows))
     targets = {"mpirun": 1.0, "torchrun": 0.5}
     for name, limit in targets.items():
         if name in summaries and summaries[name].median and ours:
