@@ -36,18 +36,17 @@ def model_params(topo):
 
 def predict(topo, nbytes):
     """{algorithm: the cost model's seconds} as a job on this topology would see them."""
-    from commrt.collectives import allreduce
-
     p, n, r = model_params(topo), topo.ranks, topo.ranks_per_node
     groups = [list(range(h * r, (h + 1) * r)) for h in range(topo.nodes)]
     out = {}
-    for name in allreduce.NAMES:
-        mod = allreduce.module(name)
+    for name in schedules.names():
+        mod = schedules.module(name)
         if name == "hierarchical":
             if topo.nodes > 1 and r > 1:
-                out[name] = mod.cost(n, nbytes, p, groups)
-        else:
-            out[name] = mod.cost(n, nbytes, p.net(1 if name == "ring" else r))
+                out[name] = mod.cost(n, nbytes, p, groups=groups)
+        elif not getattr(mod, "LINKS", False):
+            share = getattr(mod, "NET_SHARE", 1 if name == "ring" else r)
+            out[name] = mod.cost(n, nbytes, p.net(share))
     return out
 
 

@@ -13,10 +13,26 @@ import inspect
 from commrt.sim.engine import ScheduleError
 
 
-def _module(algo):
-    from commrt.collectives import allreduce
+def names():
+    """The all-reduce algorithms (the registry's, where there is one)."""
+    try:
+        from commrt.collectives import registry
+    except ImportError:
+        from commrt.collectives import allreduce
+        return tuple(allreduce.NAMES)
+    return registry.names("all_reduce")
 
-    return allreduce.module(algo)
+
+def module(algo):
+    try:
+        from commrt.collectives import registry
+    except ImportError:
+        from commrt.collectives import allreduce
+        return allreduce.module(algo)
+    return registry.module("all_reduce", algo)
+
+
+_module = module
 
 
 def has_schedule(algo):
