@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from commrt.bench import _netns
-from scale_helpers import HERE, ok_lines, run
+from scale_helpers import HERE, clean_env, ok_lines, run
 
 RANK = os.path.join(HERE, "hosts_rank.py")
 
@@ -89,3 +89,33 @@ def test_torn_down_on_failure_with_nothing_left(ns_hosts):
             raise RuntimeError("boom")
     assert sleeper.wait(10) is not None
     assert not {n for n in _netns.existing() if n.startswith(hosts.name + "-")}
+
+
+@pytest.mark.timeout(150)
+def test_torchrun_across_namespace_hosts(ns_hosts, tmp_path):
+    # one torchrun agent per host (static rendezvous at host 0); commrt ranks
+    # bootstrap from torchrun's variables and find rank 0's store through the
+    # rendezvous directory, every namespace a host of its own
+    pytest.importorskip("torch")
+    h = ns_hosts(2)
+    env = clean_env(COMMRT_RENDEZVOUS_DIR=str(tmp_path / "rdv"), COMMRT_COST_CACHE="",
+                    COMMRT_TIMEOUT="60")
+    agents = [subprocess.Popen(
+        h.exec(i, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                   "--nproc-per-node", "2", "--node-rank", str(i), "--master-addr", h.addrs[0],
+                   "--master-port", "29500", RANK, "hello"]),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in (0, 1)]
+    outs = []
+    try:
+        for a in agents:
+            out, err = a.communicate(timeout=120)
+            outs.append(out)
+            assert a.returncode == 0, out[-2000:] + err[-3000:]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+    node = os.uname().nodename
+    lines = ok_lines(subprocess.CompletedProcess([], 0, "".join(outs), ""))
+    assert lines == [f"ok {r} 4 {node}/{h.names[r // 2]} -" for r in range(4)], outs
