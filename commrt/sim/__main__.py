@@ -1,5 +1,8 @@
 """python -m commrt.sim allreduce: predicted time of an all-reduce on a modelled cluster.
 
+(``python -m commrt.sim validate``: the simulator against measurements here,
+see commrt/sim/validate.py.)
+
     python -m commrt.sim allreduce --algo auto|rabenseifner|... --ranks N
         --ranks-per-node R --size 1M [--calibrated] [--json]
         [--alpha-shm S] [--beta-shm S/B] [--alpha-net S] [--beta-net S/B]
@@ -73,9 +76,13 @@ def run(args):
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "validate":
+        from commrt.sim import validate
+        return validate.main(argv[1:])
     if not argv or argv[0] != "allreduce":
-        print("usage: python -m commrt.sim allreduce --algo NAME --ranks N ... "
-              "(only all-reduce for now)", file=sys.stderr)
+        print("usage: python -m commrt.sim allreduce --algo NAME --ranks N ...  (all-reduce "
+              "only for now)\n       python -m commrt.sim validate [--ranks 2,4,8] ...  "
+              "(against measurements here)", file=sys.stderr)
         return 2
     p = argparse.ArgumentParser(prog="python -m commrt.sim allreduce",
                                 description=__doc__.splitlines()[0])

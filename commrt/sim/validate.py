@@ -1,0 +1,107 @@
+"""The simulator against commrt's own measurements on this machine (shared memory).
+
+    python -m commrt.sim validate [--ranks 2,4,8] [--sizes 64K,1M,16M]
+        [--algos rabenseifner] [--rounds 3] [--json out.json]
+
+Per world size N: α, β and γ come from commrt's calibration of an N-rank job
+(cost.params: an 8-byte and a 1 MiB exchange between two ranks, reduce_into
+on rank 0: point-to-point and kernel numbers only); the all-reduces are then
+measured with the collective benchmarks' loop (``bench allreduce``'s
+``run_commrt``) and simulated from the algorithms' schedules with those
+parameters, one node of N ranks.  The fit never sees a collective's time.
+Reports measured and simulated time and their ratio (target: within 25%).
+Figures are for a quiet machine.
+"""
+import argparse
+import json
+import sys
+
+from commrt.bench._stats import Summary, fmt_size, parse_size, table
+from commrt.sim import schedules
+from commrt.sim.engine import ScheduleError, Topology, simulate
+
+
+def _params(comm):
+    from commrt.collectives import cost
+
+    p = cost.params(comm)
+    return {"alpha": p.alpha, "beta": p.beta, "gamma": p.gamma, "segment": p.segment}
+
+
+def calibrate(n):
+    from commrt.testing import World
+
+    with World(n, env={"COMMRT_COST_CACHE": ""}, timeout=300) as w:
+        return w.run(_params)[0]
+
+
+def measure(n, sizes, algos, timeout=600):
+    from commrt.bench import allreduce as bench
+
+    spec = {"kind": "all_reduce", "sizes": list(sizes), "algos": list(algos)}
+    rows = bench.run_commrt(n, spec, "shm", timeout)["rows"]
+    return {(row["algo"], row["bytes"]): row["time_s"] for row in rows}
+
+
+def predicted(n, nbytes, algo, p):
+    topo = Topology(1, n, p["alpha"], p["beta"], p["alpha"], p["beta"], p["gamma"],
+                    p["segment"])
+    return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4)), itemsize=4)
+
+
+def run(ranks, sizes, algos, rounds, log=print):
+    data = {}    # (n, algo, bytes) -> {"measured": [...], "simulated": [...]}
+    for r in range(rounds):
+        for n in ranks:
+            p = calibrate(n)
+            runnable = []
+            for algo in algos:
+                try:
+                    schedules.steps_of(algo, n, 1)
+                    runnable.append(algo)
+                except ScheduleError as exc:
+                    log(f"  N={n} {algo}: not simulated ({exc})")
+            if not runnable:
+                continue
+            got = measure(n, sizes, runnable)
+            for algo in runnable:
+                for k in sizes:
+                    cell = data.setdefault((n, algo, k), {"measured": [], "simulated": []})
+                    cell["measured"].append(got[(algo, k)])
+                    cell["simulated"].append(predicted(n, k, algo, p))
+        log(f"  round {r + 1}/{rounds} done")
+    return data
+
+
+def report(data):
+    rows = []
+    for (n, algo, k), cell in sorted(data.items()):
+        m, s = Summary(cell["measured"]), Summary(cell["simulated"])
+        ratio = Summary([b / a for a, b in zip(cell["measured"], cell["simulated"])])
+        rows.append([str(n), algo, fmt_size(k), f"{m.median * 1e6:.1f}", f"{s.median * 1e6:.1f}",
+                     ratio.cell()])
+    return table(["N", "algorithm", "size", "measured us", "simulated us", "sim/measured"],
+                 rows, "llrrrr")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m commrt.sim validate",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", default="2,4,8")
+    p.add_argument("--sizes", default="64K,1M,16M")
+    p.add_argument("--algos", default="rabenseifner")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    ranks = [int(x) for x in args.ranks.split(",")]
+    sizes = [parse_size(x) for x in args.sizes.split(",")]
+    data = run(ranks, sizes, args.algos.split(","), args.rounds)
+    print(report(data))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({f"{n}|{a}|{k}": v for (n, a, k), v in data.items()}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
