@@ -143,6 +143,15 @@ knob("HOROVOD_ELASTIC", False, _bool,
 knob("HOROVOD_ELASTIC_TIMEOUT", 600.0, float,
      "Seconds an elastic worker waits in init() for the driver to form a generation with it.")
 knob("COMMRT_LOG_LEVEL", "WARNING", str, "Logging level of the commrt logger.")
+# -- the fault campaign (tests/faults; docs/reliability.md) -----------------
+knob("COMMRT_FAULT_SEED", None, int,
+     "Seed of every random choice of the fault campaign (world sizes, culprits, collective "
+     "streams, fault points); unset: a fresh seed per run, printed in pytest's header.")
+knob("COMMRT_FUZZ_CASES", 10000, int,
+     "Cases per run of each parser fuzzer of the fault campaign (wire: split between TCP and "
+     "shared memory; store).")
+knob("COMMRT_SOAK_OPS", 10000, int,
+     "Collectives the fault campaign's randomized soak runs and checks against NumPy.")
 
 
 def get(name: str):
