@@ -224,7 +224,7 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         send_data(E, p, r, h.addr)
     elif op == OP_DATA:             # shared-memory chunk
         r = find_by_id(p.rxact_head, h.cookie)
-        if r == NULL or h.addr + h.nbytes > r.nbytes:
+        if r == NULL or not span_fits(h.addr, h.nbytes, r.nbytes):
             peer_lost(E, p, E_PEER_LOST, b"protocol error: DATA for no active receive")
             return
         if r.hook != NULL:

@@ -133,6 +133,12 @@ cdef inline req_t *find_by_id(req_t *head, uint64_t rid) noexcept nogil:
     return NULL
 
 
+cdef inline bint span_fits(uint64_t off, uint64_t n, uint64_t size) noexcept nogil:
+    """[off, off + n) lies within [0, size): both numbers come off the wire, so their
+    sum is never formed (it may wrap around and pass a plain off + n <= size)."""
+    return n <= size and off <= size - n
+
+
 cdef void complete(eng_t *E, req_t *r, int err) noexcept nogil:
     """Finish a request: success when err is E_NONE.  Wakes sleepers."""
     if r.state >= S_DONE:

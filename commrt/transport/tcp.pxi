@@ -117,7 +117,7 @@ cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
             p.rx_dst = u.data
     elif h.opcode == OP_DATA:
         r = find_by_id(p.rxact_head, h.cookie)
-        if r == NULL or h.addr + h.nbytes > r.cap:
+        if r == NULL or not span_fits(h.addr, h.nbytes, r.cap):
             peer_lost(E, p, E_PEER_LOST, b"protocol error: DATA for no active receive")
             return False
         p.rx_req = r
