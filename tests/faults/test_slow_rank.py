@@ -1,0 +1,26 @@
+"""A slow rank is not a dead one: a rank that sleeps inside a collective, longer than
+the liveness bound, under commrt-launch, shared memory and TCP."""
+import pytest
+
+from harness import assert_no_leak_in_survivors, run_job
+
+TRANSPORTS = ("shm", "tcp")
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_rank_sleeping_inside_a_collective_is_not_blamed(transport, rng, seed, tmp_path,
+                                                          private_tmp):
+    """A rank that sleeps 12 s (longer than the liveness bound) between two messages
+    of a collective is slow, not dead: every rank finishes the stream with
+    correct results and the job succeeds."""
+    n = rng.randint(2, 6)
+    culprit, at = rng.randrange(n), rng.randint(1, 60)
+    job = run_job(tmp_path, n, transport, seed=seed, culprit=culprit, fault="slow", where="call",
+                  at=at, sleep=12.0, ops=150, timeout=100, env={"COMMRT_TIMEOUT": "60"})
+    info = job.describe()
+    assert job.fault is not None, f"the slow rank never reached call {at}\n{info}"
+    assert job.returncode == 0, info
+    assert all(rec and rec["status"] == "ok" for rec in job.records.values()), info
+    assert job.summary == [], info
+    assert_no_leak_in_survivors(job, -1)
