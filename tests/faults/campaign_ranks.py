@@ -41,3 +41,26 @@ def init_close_cycles(comm, cycles, seed):
     s.update(coll="all_reduce", count=1001)
     oracle.run(comm, s)
     return rows
+
+
+def mesh_rank(rank, store_addr, secret, conn):
+    """Rank `rank` of a two-rank mesh built with connect.build_engine (not init(), so
+    the handshake fuzzer can reach rank 0's listeners while it waits for rank 1);
+    sends or receives one message and reports it to the parent."""
+    import numpy as np
+
+    from commrt.rendezvous.store import Store
+    from commrt.transport.connect import build_engine
+
+    host, port = store_addr
+    store = Store(host, port, secret, timeout=60)
+    engine, _ = build_engine(rank, 2, store, secret, host_id="fuzz-host", local_size=2,
+                             timeout=600)
+    buf = np.arange(1000, dtype=np.int64) if rank == 1 else np.zeros(1000, dtype=np.int64)
+    if rank == 1:
+        engine.send(buf, 0, 0, 3, 0, 60)
+    else:
+        engine.recv(buf, 1, 0, 3, 60)
+    conn.send(int(buf.sum()))
+    engine.close()
+    store.close()
