@@ -15,7 +15,9 @@ generation from the survivors plus workers it starts in the free slots
 discovery reports, up to --max-np; the survivors, whose collectives raised
 HorovodInternalError, restore their last commit and join it.  A failed slot
 is only that slot: the host stays in use (Horovod blacklists the whole
-host).  When discovery reports new slots, the driver starts workers there
+host).  Workers on other hosts start through --ssh-cmd and
+commrt.launcher.remote, as commrt-launch's ranks do (the store then listens
+on all interfaces, or on --bind).  When discovery reports new slots, the driver starts workers there
 and publishes a generation with them: the running workers join it at their
 next commit (HostsUpdatedInterrupt).  Below --min-np workers the driver
 waits for discovery up to --start-timeout, then stops the job.  The job
@@ -23,7 +25,9 @@ succeeds when every worker of the last generation has exited 0.
 """
 import ctypes
 import os
+import json
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,6 +59,8 @@ class ElasticSpec:
     env: Dict[str, str] = field(default_factory=dict)
     start_timeout: float = 60.0
     reset_limit: Optional[int] = None
+    ssh_cmd: List[str] = field(default_factory=lambda: ["ssh"])
+    bind: Optional[str] = None              # the store's address (default: see Driver)
     timeout: Optional[float] = None
     grace: float = 2.0
     verbose: bool = False
@@ -89,9 +95,17 @@ class Driver:
     def __init__(self, spec):
         self.spec = spec
         self.secret = auth.new_secret()
-        self.server = StoreServer(self.secret, host="127.0.0.1", port=0).start()
-        self.store_addr = f"127.0.0.1:{self.server.address[1]}"
-        self.store = Store("127.0.0.1", self.server.address[1], self.secret)
+        remote = any(not hostmod.is_local(h) for h in discover(spec))
+        bind = spec.bind or ("0.0.0.0" if remote else "127.0.0.1")
+        self.server = StoreServer(self.secret, host=bind, port=0).start()
+        port = self.server.address[1]
+        wildcard = bind in ("0.0.0.0", "::", "")
+        # a remote host discovered later cannot reach a store we put on loopback
+        # (one the user chose with --bind is the user's call)
+        self.loopback_only = spec.bind is None and not remote
+        self.store_addr = f"{'127.0.0.1' if wildcard else bind}:{port}"
+        self.remote_store = f"{socket.getfqdn() if wildcard else bind}:{port}"
+        self.store = Store("127.0.0.1" if wildcard else bind, port, self.secret)
         self.tmpdir = tempfile.mkdtemp(prefix="commrt-elastic-")
         self.secret_file = os.path.join(self.tmpdir, "secret")
         auth.write_secret_file(self.secret_file, self.secret)
@@ -131,16 +145,18 @@ class Driver:
         return free
 
     def _start(self, host, slot):
-        if not hostmod.is_local(host):
-            raise ElasticError(f"elastic workers on other hosts ({host}) are not supported yet; "
-                               f"use hosts of this machine")
+        """Start a worker in (host, slot): directly here, through --ssh-cmd elsewhere
+        (commrt.launcher.remote reads the command, environment and secret on stdin)."""
         self.incarnation += 1
         wid = f"{host}:{slot}:{self.incarnation}"
-        env = dict(os.environ)
-        env.update({"COMMRT_STORE_ADDR": self.store_addr, "COMMRT_SECRET_FILE": self.secret_file,
-                    "HOROVOD_ELASTIC": "1", "COMMRT_ELASTIC_WORKER_ID": wid,
-                    "COMMRT_HOST_ID": host, "PYTHONUNBUFFERED": "1"})
-        env.setdefault("OMP_NUM_THREADS", "1")
+        local = hostmod.is_local(host)
+        if not local and self.loopback_only:
+            raise ElasticError(f"discovery reports host {host}, but the store listens on "
+                               f"loopback only (no other host at the start): give --bind ADDR reachable "
+                               f"from it")
+        env = {"COMMRT_STORE_ADDR": self.store_addr if local else self.remote_store,
+               "HOROVOD_ELASTIC": "1", "COMMRT_ELASTIC_WORKER_ID": wid,
+               "COMMRT_HOST_ID": host, "PYTHONUNBUFFERED": "1"}
         env.update(self.spec.env)
         libc = ctypes.CDLL(None, use_errno=True)
         parent = os.getpid()
@@ -149,8 +165,26 @@ class Driver:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:
                 os._exit(1)
-        proc = subprocess.Popen(self.spec.command, env=env, start_new_session=True,
-                                preexec_fn=child_setup)
+        if local:
+            full = dict(os.environ)
+            full.pop("COMMRT_SECRET", None)
+            full.update(env, COMMRT_SECRET_FILE=self.secret_file)
+            full.setdefault("OMP_NUM_THREADS", "1")
+            proc = subprocess.Popen(self.spec.command, env=full, start_new_session=True,
+                                    preexec_fn=child_setup)
+        else:
+            argv = self.spec.ssh_cmd + [host, sys.executable, "-m", "commrt.launcher.remote"]
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, start_new_session=True,
+                                    preexec_fn=child_setup)
+            forwarded = {k: v for k, v in os.environ.items()
+                         if k.startswith(("COMMRT_", "HOROVOD_")) or k == "PYTHONPATH"}
+            forwarded.pop("COMMRT_SECRET", None)
+            forwarded.pop("COMMRT_SECRET_FILE", None)
+            forwarded.update(env)
+            spec = {"argv": self.spec.command, "env": forwarded, "cwd": os.getcwd(),
+                    "secret": self.secret.hex(), "local_size": 1}
+            proc.stdin.write(json.dumps(spec).encode() + b"\n")
+            proc.stdin.flush()                   # stdin stays open: the worker's lifeline
         w = Worker(wid, host, slot, proc)
         self.workers[wid] = w
         return w
@@ -229,6 +263,11 @@ class Driver:
     def close(self):
         for w in self.workers.values():
             _killpg(w.proc, signal.SIGTERM)
+            if w.proc.stdin is not None:         # a remote worker's lifeline
+                try:
+                    w.proc.stdin.close()
+                except OSError:
+                    pass
         end = time.monotonic() + self.spec.grace
         for w in self.workers.values():
             try:
@@ -282,5 +321,6 @@ def spec_from_args(args, parser, job):
     return ElasticSpec(command=job.command, np=n, min_np=min_np, max_np=max_np,
                        discovery=os.path.abspath(script) if script else None, hosts=job.hosts,
                        env=job.env, reset_limit=args.reset_limit, timeout=job.timeout,
-                       start_timeout=job.start_timeout or 60.0,
+                       start_timeout=job.start_timeout or 60.0, ssh_cmd=job.ssh_cmd,
+                       bind=job.bind,
                        grace=job.grace, verbose=job.verbose)

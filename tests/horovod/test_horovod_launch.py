@@ -32,16 +32,23 @@ def test_a_dead_peer_raises_horovod_internal_error_on_every_survivor_within_2_s(
     assert max(delays) < 2.0, out
 
 
+# --ssh-cmd for a pretend host: drop the host name, run the command here
+FAKE_SSH = "sh -c 'shift; exec \"$@\"' fake-ssh"
+
+
 def test_elastic_job_survives_a_killed_worker_and_processes_each_sample_once(tmp_path):
+    """Two slots here, one on a pretend host reached through --ssh-cmd (its worker runs
+    under commrt.launcher.remote and talks TCP); rank 1 dies by SIGKILL mid-epoch."""
     script = tmp_path / "discover.sh"
-    script.write_text("#!/bin/sh\necho localhost:3\n")
+    script.write_text("#!/bin/sh\necho localhost:2\necho elastic-pretend-host:1\n")
     script.chmod(0o755)
     result = tmp_path / "result.json"
-    proc, out = launch("-np", "3", "--min-np", "2", "--max-np", "3",
-                       "--host-discovery-script", script, HERE / "elastic_train.py", result,
-                       "kill", timeout=240)
+    proc, out = launch("-np", "3", "--min-np", "2", "--max-np", "3", "--bind", "127.0.0.1",
+                       "--ssh-cmd", FAKE_SSH, "--host-discovery-script", script,
+                       HERE / "elastic_train.py", result, "kill", timeout=240)
     assert proc.returncode == 0, out
     assert "exited with code 137" in out, out          # rank 1 really was SIGKILLed
+    assert "elastic-pretend-host:0" in out, out
     data = json.loads(result.read_text())
     assert data["generation"] >= 1 and data["size"] == 3, data
     assert data["resets"] and data["resets"][-1] == 3, data   # reset callbacks ran
