@@ -1,9 +1,11 @@
 """A commrt rank of ``bench hosts``, started by commrt-launch across namespace hosts.
 
 ``python -m commrt.bench._hosts_rank --spec FILE --out DIR``: the collective
-benchmarks' loop (``_coll.measure``) over commrt's all-reduce; rank 0 writes
-``rank0.json`` (the times are already the slowest rank's).
+benchmarks' loop (``_coll.measure``) over commrt's all-reduce, after the cost
+model's calibration (its parameters go in the results: ``params``); rank 0
+writes ``rank0.json`` (the times are already the slowest rank's).
 """
+from dataclasses import asdict
 import os
 import sys
 
@@ -15,9 +17,12 @@ def main(argv=None):
     import commrt
 
     args, spec = rank_args(argv)
+    from commrt.collectives import cost
+
     comm = commrt.init()
     try:
-        result = _coll.measure(_coll.CommrtOps(comm), spec)
+        params = asdict(cost.params(comm))   # every rank at once: a collective
+        result = dict(_coll.measure(_coll.CommrtOps(comm), spec), params=params)
         if comm.rank == 0:
             write_json(os.path.join(args.out, "rank0.json"), result)
     finally:

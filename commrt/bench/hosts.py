@@ -40,8 +40,10 @@ def run_commrt(hosts, local, spec, tmp, timeout):
     """One commrt job across hosts; rank 0's results."""
     path = os.path.join(tmp, "spec.json")
     _launch.write_json(path, spec)
+    # the cost cache cannot see tc's rate (its key is the namespace and the
+    # interface, the same at every rate here): measure afresh every job
     env = [f"{k}={v}" for k, v in _launch.CHILD_ENV.items()] + [
-        f"COMMRT_IFNAME={_netns.IFNAME}", f"COMMRT_TIMEOUT={int(timeout)}"]
+        f"COMMRT_IFNAME={_netns.IFNAME}", f"COMMRT_TIMEOUT={int(timeout)}", "COMMRT_COST_CACHE="]
     cmd = hosts.launch_cmd(local, ["-m", "commrt.bench._hosts_rank", "--spec", path, "--out",
                                    tmp], timeout=timeout, env=env)
     _launch.run_procs([cmd], [_launch._child_env({})], timeout + 30, "commrt across hosts")

@@ -2,6 +2,7 @@
 
     python -m commrt.sim validate [--ranks 2,4,8] [--sizes 64K,1M,16M]
         [--algos rabenseifner] [--rounds 3] [--json out.json]
+    python -m commrt.sim validate --hosts 2 --ranks-per-host 2 --rates 1gbit,10gbit ...
 
 Per world size N: α, β and γ come from commrt's calibration of an N-rank job
 (cost.params: an 8-byte and a 1 MiB exchange between two ranks, reduce_into
@@ -10,7 +11,9 @@ measured with the collective benchmarks' loop (``bench allreduce``'s
 ``run_commrt``) and simulated from the algorithms' schedules with those
 parameters, one node of N ranks.  The fit never sees a collective's time.
 Reports measured and simulated time and their ratio (target: within 25%).
-Figures are for a quiet machine.
+With ``--hosts``, the same across network namespace hosts at each link rate
+(``bench hosts``'s job, whose calibration gives both link classes: α, β
+inside a host, α_net, β_net between).  Figures are for a quiet machine.
 """
 import argparse
 import json
@@ -73,14 +76,52 @@ def run(ranks, sizes, algos, rounds, log=print):
     return data
 
 
-def report(data):
+def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print):
+    """The same across namespace hosts: {(rate, algo, bytes): {...}}."""
+    import os
+    import tempfile
+
+    from commrt.bench import _netns
+    from commrt.bench.hosts import run_commrt
+
+    n = hosts * local
+    runnable = []
+    for algo in algos:
+        try:
+            schedules.steps_of(algo, n, 1)
+            runnable.append(algo)
+        except ScheduleError as exc:
+            log(f"  {algo}: not simulated ({exc})")
+    spec = {"kind": "all_reduce", "sizes": list(sizes), "algos": runnable}
+    data = {}
+    with _netns.Hosts(hosts, mtu=9000) as h:
+        for rate in rates:
+            h.set_rate(rate)
+            for r in range(rounds):
+                with tempfile.TemporaryDirectory(prefix="commrt-sim-validate-") as tmp:
+                    os.chmod(tmp, 0o755)
+                    res = run_commrt(h, local, spec, tmp, 600)
+                p = res["params"]
+                topo = Topology(hosts, local, p["alpha"], p["beta"], p["alpha_net"],
+                                p["beta_net"], p["gamma"], p["segment"])
+                for row in res["rows"]:
+                    k, algo = row["bytes"], row["algo"]
+                    cell = data.setdefault((rate, algo, k), {"measured": [], "simulated": []})
+                    cell["measured"].append(row["time_s"])
+                    cell["simulated"].append(simulate(
+                        topo, schedules.steps_of(algo, n, max(1, k // 4)), itemsize=4))
+                log(f"  {rate}: round {r + 1}/{rounds} done")
+    return data
+
+
+def report(data, first="N"):
     rows = []
     for (n, algo, k), cell in sorted(data.items()):
         m, s = Summary(cell["measured"]), Summary(cell["simulated"])
         ratio = Summary([b / a for a, b in zip(cell["measured"], cell["simulated"])])
         rows.append([str(n), algo, fmt_size(k), f"{m.median * 1e6:.1f}", f"{s.median * 1e6:.1f}",
                      ratio.cell()])
-    return table(["N", "algorithm", "size", "measured us", "simulated us", "sim/measured"],
+    return table([first, "algorithm", "size", "measured us", "simulated us", "sim/measured"],
                  rows, "llrrrr")
 
 
@@ -91,12 +132,21 @@ def main(argv=None):
     p.add_argument("--sizes", default="64K,1M,16M")
     p.add_argument("--algos", default="rabenseifner")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--hosts", type=int, help="namespace hosts instead of one (root)")
+    p.add_argument("--ranks-per-host", type=int, default=2)
+    p.add_argument("--rates", default="1gbit,10gbit")
     p.add_argument("--json")
     args = p.parse_args(argv)
-    ranks = [int(x) for x in args.ranks.split(",")]
     sizes = [parse_size(x) for x in args.sizes.split(",")]
-    data = run(ranks, sizes, args.algos.split(","), args.rounds)
-    print(report(data))
+    if args.hosts:
+        data = run_hosts(args.hosts, args.ranks_per_host, args.rates.split(","), sizes,
+                         args.algos.split(","), args.rounds)
+        print(f"{args.hosts} namespace hosts x {args.ranks_per_host} ranks")
+        print(report(data, "link"))
+    else:
+        ranks = [int(x) for x in args.ranks.split(",")]
+        data = run(ranks, sizes, args.algos.split(","), args.rounds)
+        print(report(data))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({f"{n}|{a}|{k}": v for (n, a, k), v in data.items()}, f, indent=1)
