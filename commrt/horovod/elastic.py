@@ -45,8 +45,13 @@ def _open_store():
 
         addr = os.environ["COMMRT_STORE_ADDR"]
         host, _, port = addr.rpartition(":")
-        path = os.environ.get("COMMRT_SECRET_FILE")
-        text = open(path).read() if path else os.environ["COMMRT_SECRET"]
+        fd, path = os.environ.get("COMMRT_SECRET_FD"), os.environ.get("COMMRT_SECRET_FILE")
+        if fd:                                   # an inherited descriptor: read, keep offset
+            text = os.pread(int(fd), 4096, 0).decode()
+        elif path:
+            text = open(path).read()
+        else:
+            text = os.environ["COMMRT_SECRET"]
         _store = Store(host.strip("[]"), int(port), auth.parse_secret(text))
     return _store
 
