@@ -504,6 +504,9 @@ def _check(name, sigs, ps):
                                  r, b)
         elif a != b:
             return _mismatch(name, "requests", first, a, r, b)
+    if ps.joined and a[0] in ("allgather", "alltoall", "reducescatter"):
+        return (f"{a[0]} {name!r}: not supported with Join at this time (ranks "
+                f"{sorted(ps.joined)} have joined), as in Horovod")
     if a[0] == "broadcast" and a[3] in ps.joined:
         return f"broadcast {name!r}: root rank {a[3]} has joined and has no tensor to send"
     return None

@@ -290,14 +290,18 @@ def join_allreduce(comm):
             assert ret != first
             assert hvd.allgather_object(ret) == [ret] * n
             rets.append(ret)
-        # a broadcast whose ranks disagree while one rank has joined fails everywhere
-        for first in range(n):
+        # a broadcast whose ranks disagree, an allgather, an alltoall, while one rank has
+        # joined: they fail everywhere (Horovod's rules)
+        cases = [lambda: hvd.broadcast(torch.ones(3), r, name="join_broadcast"),
+                 lambda: hvd.allgather(torch.ones(3, 2), name="join_allgather"),
+                 lambda: hvd.alltoall(torch.ones(n), name="join_alltoall")]
+        for case, first in itertools.product(cases, range(n)):
             if r == first:
                 ret = hvd.join()
             else:
                 try:
-                    hvd.broadcast(torch.ones(3), r, name="join_broadcast")
-                    raise AssertionError("broadcast did not raise")
+                    case()
+                    raise AssertionError("an op with a joined rank did not raise")
                 except RuntimeError:
                     pass
                 ret = hvd.join()
