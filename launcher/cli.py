@@ -129,6 +129,16 @@ def build_parser():
                      help="also write each rank's output to DIR/rank.K.log")
     out.add_argument("-v", "--verbose", action="store_true",
                      help="say where the store is and where the ranks go")
+    mpi = parser.add_argument_group("accepted from mpirun's command lines, with the effect "
+                                    "they have there")
+    mpi.add_argument("--allow-run-as-root", "-allow-run-as-root", action="store_true",
+                     help="nothing to allow: commrt-launch runs as any user, root included")
+    mpi.add_argument("--oversubscribe", "-oversubscribe", action="store_true",
+                     help="nothing to allow: more ranks than cores always run")
+    mpi.add_argument("--bind-to", "-bind-to", choices=["none"], metavar="none",
+                     help="ranks are not bound to cores (`none`, the only choice)")
+    mpi.add_argument("--map-by", "-map-by", choices=["slot"], metavar="slot",
+                     help="ranks fill each host's slots in order (`slot`, the only choice)")
     trace = parser.add_argument_group("timeline")
     trace.add_argument("--timeline", metavar="FILE",
                        help="record every rank's compute, communication and waiting spans "

@@ -147,7 +147,8 @@ class Job:
 
     def _prepare_store(self):
         all_local = not any(r.remote for r in self.ranks)
-        bind = self.spec.bind or ("127.0.0.1" if all_local else "0.0.0.0")
+        bind = self.spec.bind or ("127.0.0.1" if all_local
+                                  else self._interface_address() or "0.0.0.0")
         self.server = StoreServer(self.secret, host=bind, port=self.spec.store_port)
         try:
             self.server.bind()
@@ -166,6 +167,20 @@ class Job:
         if self.spec.verbose:
             _note(f"store at {self.local_store if all_local else self.remote_store}; "
                   f"{len(self.ranks)} ranks on {', '.join(h.name for h in self.spec.hosts)}")
+
+    def _interface_address(self):
+        """With --network-interface (COMMRT_IFNAME), ranks on other hosts reach the
+        store at that interface's address here, as they reach each other."""
+        spec = self.spec.env.get("COMMRT_IFNAME")
+        if not spec:
+            return None
+        from commrt.errors import BootstrapError
+        from commrt.rendezvous import netif
+
+        try:
+            return netif.pick_interface(spec)[1]
+        except BootstrapError as exc:
+            raise LaunchError(f"--network-interface: {exc}") from None
 
     # -- starting ranks
     def _spawn_all(self):

@@ -315,3 +315,21 @@ def test_check_build_prints_and_exits():
     found = importlib.util.find_spec
     framework = found("torch") is not None and found("commrt.horovod") is not None
     assert f"    [{'X' if framework else ' '}] PyTorch" in text
+
+
+# -- mpirun's usual flags ---------------------------------------------------------------
+
+def test_mpirun_flags_with_their_effect_there():
+    out = launch(["-np", "2", "--allow-run-as-root", "--oversubscribe", "-bind-to", "none",
+                  "-map-by", "slot", "-x", "A=1", sys.executable, "-c", SHOW_ENV, "A"])
+    assert out.returncode == 0, out.stderr
+    assert _rows(out) == {0: ["1"], 1: ["1"]}
+    out = launch(["-np", "2", "--bind-to", "core", "true"])
+    assert out.returncode == 2 and "invalid choice: 'core'" in out.stderr
+
+
+def test_network_interface_that_is_not_here_stops_a_multi_host_job():
+    out = launch(["-np", "2", "-H", "h1,h2", "--ssh-cmd", FAKE_SSH,
+                  "--network-interface", "nosuchif0", "true"])
+    assert out.returncode == 1
+    assert "--network-interface: COMMRT_IFNAME='nosuchif0': no interface" in out.stderr

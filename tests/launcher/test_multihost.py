@@ -151,3 +151,22 @@ def test_two_host_job_across_network_namespaces(two_hosts, script):
     addresses = sorted(line for line in out.stdout.splitlines() if "address" in line)
     assert addresses == [f"[0] address 0 {net}.1", f"[1] address 1 {net}.1",
                          f"[2] address 2 {net}.2", f"[3] address 3 {net}.2"]
+
+
+def test_network_interface_picks_the_store_address_across_namespaces(two_hosts, script):
+    """--network-interface with a prefix names each namespace's own veth (vNNNa in
+    A, vNNNb in B): the store listens on A's address and every rank uses its own."""
+    a, b, store_ip = two_hosts
+    prefix = "v" + a[3:-1]
+    prog = script(RING + """
+    print("store", r, os.environ["COMMRT_STORE_ADDR"].rsplit(":", 1)[0], os.environ["COMMRT_IFNAME"])
+    """)
+    cmd = ["ip", "netns", "exec", a] + LAUNCH + [
+        "-np", "4", "-H", f"{a}:2,{b}:2", "--ssh-cmd", "ip netns exec",
+        "--network-interface", prefix, "--timeout", "60", prog]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=90,
+                         env=clean_env(COMMRT_TIMEOUT="30"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sum("ring ok" in line for line in out.stdout.splitlines()) == 4
+    stores = sorted(line.split()[1:] for line in out.stdout.splitlines() if "store" in line)
+    assert stores == [["store", str(r), store_ip, prefix] for r in range(4)]
