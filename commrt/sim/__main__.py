@@ -6,7 +6,7 @@ see commrt/sim/validate.py.)
     python -m commrt.sim allreduce --algo auto|rabenseifner|... --ranks N
         --ranks-per-node R --size 1M [--calibrated] [--json]
         [--alpha-shm S] [--beta-shm S/B] [--alpha-net S] [--beta-net S/B]
-        [--gamma S/B] [--segment BYTES] [--bisection B/s]
+        [--gamma S/B] [--segment BYTES] [--bisection B/s] [--cores PER_NODE]
 
 Runs the algorithm's own ``schedule`` in the discrete-event model of
 commrt/sim/engine.py.  ``auto`` is the algorithm commrt's cost model picks
@@ -32,7 +32,8 @@ def model_params(topo):
     from commrt.collectives.cost import Params
 
     return Params(alpha=topo.alpha_shm, beta=topo.beta_shm, gamma=topo.gamma,
-                  alpha_busy=topo.alpha_shm, segment=topo.segment, cores=topo.ranks_per_node,
+                  alpha_busy=topo.alpha_shm, segment=topo.segment,
+                  cores=topo.cores or topo.ranks_per_node,
                   local=topo.ranks_per_node, alpha_net=topo.alpha_net,
                   beta_net=topo.beta_net, hosts=topo.nodes)
 
@@ -56,7 +57,7 @@ def predict(topo, nbytes):
 def run(args):
     topo = Topology(args.ranks // args.ranks_per_node, args.ranks_per_node, args.alpha_shm,
                     args.beta_shm, args.alpha_net, args.beta_net, args.gamma,
-                    parse_size(args.segment), args.bisection)
+                    parse_size(args.segment), args.bisection, args.cores)
     if args.calibrated:
         c = calibrated()
         topo.alpha_shm, topo.beta_shm, topo.gamma = c["shm"]
@@ -99,6 +100,8 @@ def main(argv=None):
     p.add_argument("--gamma", type=float, default=1 / 10e9)
     p.add_argument("--segment", default="1M")
     p.add_argument("--bisection", type=float, default=None)
+    p.add_argument("--cores", type=int, default=None,
+                   help="cores per node, when ranks share them (default: a core per rank)")
     args = p.parse_args(argv[1:])
     if args.ranks < 1 or args.ranks_per_node < 1 or args.ranks % args.ranks_per_node:
         p.error("--ranks must be a positive multiple of --ranks-per-node")

@@ -14,13 +14,20 @@ its ranks (a message between nodes holds its sender's NIC egress and its
 receiver's NIC ingress for bytes·β_net, first come first served), an
 optional bisection limit of the fabric (all traffic between nodes shares
 it), γ per combined byte at the receiver, and segment pipelining: a message
-moves in segments of ``segment`` bytes, so its receiver combines all but the
-last segment while the rest is still on the wire.
+between nodes moves in segments of ``segment`` bytes, so its receiver
+combines all but the last segment while the rest is still on the wire (on
+shared memory the receiver's own core copies, then combines: no overlap).
 
 A message sent at t by a rank arrives at t + α + bytes·β (later if its NIC
 or the fabric is busy); a receive posted at p completes at max(p, arrival)
-+ (combine) min(bytes, segment)·γ.  Events run in time order, so NIC
-queues serve in the order messages are sent.  Every rank is simulated;
++ (combine) min(bytes, segment)·γ, or bytes·γ on shared memory.  With ``cores`` (per node) the CPU is a
+resource too, for more ranks than cores: a receive's work, its copy on
+shared memory (bytes·β_shm, the receiver copies) and its combining
+(bytes·γ), runs on the node's earliest free core once the message can
+start (both sides posted; on the network its first segment in), and the
+receive completes when that work and the message's arrival are done.
+Events run in time order, so NIC queues serve in the order messages are
+sent.  Every rank is simulated;
 there is no symmetry shortcut yet (``MAX_MESSAGES`` bounds a run).
 """
 import heapq
@@ -42,6 +49,7 @@ class Topology:
     gamma: float
     segment: int = 1 << 20
     bisection: Optional[float] = None   # bytes/s of the fabric between nodes (None: unlimited)
+    cores: Optional[int] = None         # per node (None: a core per rank, never shared)
 
     @property
     def ranks(self):
@@ -67,7 +75,7 @@ def simulate(topo, steps_of, itemsize=4):
     egress = [0.0] * topo.nodes
     ingress = [0.0] * topo.nodes
     fabric = [0.0]
-    sent = defaultdict(deque)      # (src, dst) -> arrival times not yet received
+    sent = defaultdict(deque)      # (src, dst) -> ((arrival, sent at, same node), bytes)
     waiting = defaultdict(deque)   # (src, dst) -> (post time, nbytes, combine) not yet sent
     left = [0] * n                 # receives of the current step still to complete
     done_at = [0.0] * n            # when the current step's receives have completed
@@ -75,11 +83,33 @@ def simulate(topo, steps_of, itemsize=4):
     finish = [0.0] * n
     events = [(0.0, r) for r in range(n)]
     heapq.heapify(events)
+    free = [[0.0] * topo.cores for _ in range(topo.nodes)] if topo.cores else None
 
-    def complete(dst, post, arrival, nbytes, combine, now):
-        t = max(post, arrival)
+    def on_cpu(dst, post, sent_at, arrival, nbytes, combine, local):
+        """Completion of a receive whose work needs one of its node's cores."""
+        first = min(nbytes, topo.segment)
+        if local:
+            ready = max(post, sent_at) + topo.alpha_shm
+            work, floor = nbytes * topo.beta_shm, ready
+        else:
+            ready = max(post, arrival - (nbytes - first) * topo.beta_net)
+            work, floor = 0.0, max(post, arrival)
         if combine:
-            t += min(nbytes, topo.segment) * topo.gamma
+            work += nbytes * topo.gamma
+            floor += first * topo.gamma
+        cores = free[topo.node(dst)]
+        start = max(ready, heapq.heappop(cores))
+        heapq.heappush(cores, start + work)
+        return max(start + work, floor)
+
+    def complete(dst, post, msg, nbytes, combine, now):
+        arrival, sent_at, local = msg
+        if free is not None:
+            t = on_cpu(dst, post, sent_at, arrival, nbytes, combine, local)
+        else:
+            t = max(post, arrival)
+            if combine:  # shared memory: the receiver's core copies, then combines
+                t += (nbytes if local else min(nbytes, topo.segment)) * topo.gamma
         done_at[dst] = max(done_at[dst], t)
         left[dst] -= 1
         if left[dst] == 0:
@@ -112,24 +142,24 @@ def simulate(topo, steps_of, itemsize=4):
                 raise ScheduleError(f"rank {r}: peer {peer} outside 0..{n - 1}")
             nbytes = (hi - lo) * itemsize
             if op == "send":
-                arrival = depart(r, peer, nbytes, t)
+                msg = (depart(r, peer, nbytes, t), t, topo.node(r) == topo.node(peer))
                 q = waiting[(r, peer)]
                 if q:
                     post, size, combine = q.popleft()
                     if size != nbytes:
                         raise ScheduleError(f"{r} -> {peer}: {nbytes} bytes sent, {size} "
                                             "expected")
-                    complete(peer, post, arrival, nbytes, combine, t)
+                    complete(peer, post, msg, nbytes, combine, t)
                 else:
-                    sent[(r, peer)].append((arrival, nbytes))
+                    sent[(r, peer)].append((msg, nbytes))
         for op, peer, lo, hi in recvs:
             nbytes = (hi - lo) * itemsize
             q = sent[(peer, r)]
             if q:
-                arrival, size = q.popleft()
+                msg, size = q.popleft()
                 if size != nbytes:
                     raise ScheduleError(f"{peer} -> {r}: {size} bytes sent, {nbytes} expected")
-                complete(r, t, arrival, nbytes, op == "combine", t)
+                complete(r, t, msg, nbytes, op == "combine", t)
             else:
                 waiting[(peer, r)].append((t, nbytes, op == "combine"))
         if not recvs:

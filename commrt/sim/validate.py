@@ -31,11 +31,18 @@ def _params(comm):
     return {"alpha": p.alpha, "beta": p.beta, "gamma": p.gamma, "segment": p.segment}
 
 
+def _params_cores(comm):
+    p = _params(comm)
+    from commrt.collectives.cost import _cores
+    p["cores"] = _cores()
+    return p
+
+
 def calibrate(n):
     from commrt.testing import World
 
     with World(n, env={"COMMRT_COST_CACHE": ""}, timeout=300) as w:
-        return w.run(_params)[0]
+        return w.run(_params_cores)[0]
 
 
 def measure(n, sizes, algos, timeout=600):
@@ -48,7 +55,7 @@ def measure(n, sizes, algos, timeout=600):
 
 def predicted(n, nbytes, algo, p):
     topo = Topology(1, n, p["alpha"], p["beta"], p["alpha"], p["beta"], p["gamma"],
-                    p["segment"])
+                    p["segment"], cores=p["cores"] if n > p["cores"] else None)
     return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4)), itemsize=4)
 
 
@@ -103,7 +110,8 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print):
                     res = run_commrt(h, local, spec, tmp, 600)
                 p = res["params"]
                 topo = Topology(hosts, local, p["alpha"], p["beta"], p["alpha_net"],
-                                p["beta_net"], p["gamma"], p["segment"])
+                                p["beta_net"], p["gamma"], p["segment"],
+                                cores=p["cores"] if local > p["cores"] else None)
                 for row in res["rows"]:
                     k, algo = row["bytes"], row["algo"]
                     cell = data.setdefault((rate, algo, k), {"measured": [], "simulated": []})

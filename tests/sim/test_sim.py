@@ -39,6 +39,19 @@ def test_a_shared_nic_serialises_the_steps_that_cross_it():
     assert spread + 1.5 * k * B <= shared <= spread + 3 * k * B * (1 + 1e-9)
 
 
+def test_ranks_sharing_cores_take_turns_on_them():
+    count = 1 << 18
+    k = 4 * count
+    free = simulate(topo(1, 4), schedules.steps_of("rabenseifner", 4, count))
+    plenty = simulate(topo(1, 4, cores=4), schedules.steps_of("rabenseifner", 4, count))
+    two = simulate(topo(1, 4, cores=2), schedules.steps_of("rabenseifner", 4, count))
+    # a core per rank: the copy and the combine of a receive run one after the other
+    # (no longer overlapped segment by segment), never slower than that
+    assert free <= plenty <= free + 1.5 * k * G * (1 + 1e-9)
+    # two cores for four ranks: each step's receive work runs two at a time
+    assert two > plenty * 1.5
+
+
 def test_the_schedule_is_the_runtimes():
     sched = schedules.module("rabenseifner").schedule
     steps = schedules.steps_of("rabenseifner", 4, 100)(1)
