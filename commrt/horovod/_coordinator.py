@@ -109,6 +109,7 @@ class Coordinator:
         self.next_set_id = 1
         self._fusion = {}
         self._running = []                       # ops of the round being run
+        self._cycle_start = 0.0
         # counters the tests and the benchmark read: rounds, full negotiations, fused buffers
         self.stats = {"rounds": 0, "negotiations": 0, "cached": 0, "buffers": 0, "tensors": 0,
                       "max_fused": 0}
@@ -189,7 +190,12 @@ class Coordinator:
                 self.wake.wait(IDLE_S)
             stopping = self.stopping
         if self.cycle_s and not stopping:
-            time.sleep(self.cycle_s)             # let a burst of submissions gather (fusion)
+            # rounds start at most once a cycle, as Horovod's: what is submitted within
+            # one cycle is negotiated, and fused, together
+            left = self._cycle_start + self.cycle_s - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+        self._cycle_start = time.monotonic()
         if self.timeline is not None:
             self.timeline.cycle()
         for set_id in sorted(self.sets):
