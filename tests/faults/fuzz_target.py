@@ -43,6 +43,16 @@ GUARD, GUARD_BYTE = 4096, 0xA5
 OFF_HEAD0, OFF_TAIL0, OFF_HEAD1, OFF_TAIL1 = 256, 320, 384, 448
 CTL_PAGE = 4096
 U64 = struct.Struct("<Q")
+GRANT = 1 << 22              # credit a slot grants the engine, where the engine takes one
+
+
+def adopt(add, *args):
+    """engine.add_*_peer(*args): with flow control (wire version 2) the call also takes
+    the credit the peer grants; engines before it take none."""
+    try:
+        return add(*args, GRANT)
+    except TypeError:
+        return add(*args)
 
 
 class TcpSlot:
@@ -55,7 +65,8 @@ class TcpSlot:
         lst.close()
         server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         server.setblocking(False)
-        eng.add_tcp_peer(rank, server.detach())
+        adopt(eng.add_tcp_peer, rank, server.fileno())
+        server.detach()
         self.reader = FrameReader(self.sock)
         self.rank = rank
 
@@ -83,8 +94,9 @@ class ShmSlot:
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # "my" doorbell
         self.live, theirs = socket.socketpair()
         theirs.setblocking(False)
-        eng.add_shm_peer(rank, os.dup(fd), RING, 0, os.dup(self.efd), theirs.detach(),
-                         os.getpid(), False)
+        adopt(eng.add_shm_peer, rank, os.dup(fd), RING, 0, os.dup(self.efd), theirs.fileno(),
+              os.getpid(), False)
+        theirs.detach()
         os.close(fd)
         self.doorbell = eng.doorbell_fd
         self.rank = rank
@@ -178,16 +190,27 @@ class Target:
                 ("send-large", e.isend(out, r, ctx, TAG_SEND))]
         self.keep.append((small, large, out, reqs))
         self.guarded = (small, large)
-        h, _ = slot.read()
+        h = self.next_frame(slot)
         assert h["opcode"] == OPCODES["RTS"] and h["src"] == 0, h
         send_id = h["cookie"]
         slot.write(layout(self.kind, [(header(opcode=OPCODES["RTS"], src=r, ctx=ctx,
                                               tag=TAG_LARGE, nbytes=LARGE, cookie=RTS_COOKIE),
                                        b"")]))
         e.progress()
-        h, _ = slot.read()
+        h = self.next_frame(slot)
         assert h["opcode"] == OPCODES["CTS"] and h["cookie"] == RTS_COOKIE, h
         return {"$send": send_id, "$recv": h["addr"], "$src": r, "$ctx": ctx}, reqs
+
+    @staticmethod
+    def next_frame(slot):
+        """The engine's next frame to this slot other than credit and heartbeats."""
+        from wire import OPCODES
+
+        quiet = {OPCODES.get("CREDIT"), OPCODES.get("BEAT")} - {None}
+        while True:
+            h, _ = slot.read()
+            if h["opcode"] not in quiet:
+                return h
 
     def run_case(self, case):
         from wire import header
