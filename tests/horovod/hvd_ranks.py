@@ -614,3 +614,15 @@ def one_rank_shuts_down(comm):
             return "shut down" if "shut down" in str(exc) else str(exc)
     finally:
         hvd.shutdown()
+
+
+def init_with_ranks(comm):
+    """hvd.init(comm=[0, 2]): Horovod on those world ranks only (a job of its own)."""
+    try:
+        hvd.init(comm=[0, 2])
+    except ValueError as exc:
+        return "not a member" if "not in the ranks" in str(exc) else str(exc)
+    try:
+        return (hvd.rank(), hvd.size(), hvd.allreduce(torch.ones(1), op=hvd.Sum).item())
+    finally:
+        hvd.shutdown()

@@ -130,3 +130,8 @@ def test_optimizer_on_a_process_set(world3):
 
 def test_one_rank_shutting_down_fails_the_others_operations(world3):
     assert world3.run(hvd_ranks.one_rank_shuts_down, timeout=60) == ["shut down"] * 3
+
+
+def test_init_on_a_list_of_world_ranks(world3):
+    assert world3.run(hvd_ranks.init_with_ranks, timeout=60) == [(0, 2, 2.0), "not a member",
+                                                                  (1, 2, 2.0)]
