@@ -86,10 +86,11 @@ class Communicator:
         return f"<Communicator rank {self.rank} of {self.size}, context {self._ctx:#x}>"
 
     # ------------------------------------------------------------ point to point
-    def send(self, buf, dst, tag=0, *, timeout=None, meta=0):
-        """Send buf to dst; returns when buf may be reused."""
+    def send(self, buf, dst, tag=0, *, timeout=None, meta=0, meta2=0):
+        """Send buf to dst; returns when buf may be reused.  meta, meta2: two 64-bit
+        words the receiver's Status shows."""
         self._engine.send(buf, dst if self._identity and type(dst) is int else self._peer(dst, "dst"),
-                          self._ctx, tag, meta, timeout)
+                          self._ctx, tag, meta, timeout, meta2)
 
     def recv(self, buf, src=ANY_SOURCE, tag=ANY_TAG, *, timeout=None):
         """Receive into buf -> Status(source, tag, nbytes)."""
@@ -97,23 +98,24 @@ class Communicator:
             src = self._src(src)
         return self._engine.recv(buf, src, self._ctx, tag, timeout, self._rank_of)
 
-    def isend(self, buf, dst, tag=0, *, meta=0):
+    def isend(self, buf, dst, tag=0, *, meta=0, meta2=0):
         """Start sending buf to dst -> Request."""
-        return self._engine.isend(buf, self._peer(dst, "dst"), self._ctx, tag, meta, self._rank_of)
+        return self._engine.isend(buf, self._peer(dst, "dst"), self._ctx, tag, meta, self._rank_of,
+                                  meta2)
 
     def irecv(self, buf, src=ANY_SOURCE, tag=ANY_TAG):
         """Start receiving into buf -> Request."""
         return self._engine.irecv(buf, self._src(src), self._ctx, tag, self._rank_of)
 
-    def sendrecv(self, sendbuf, dst, recvbuf, src, tag=0, *, timeout=None, meta=0):
+    def sendrecv(self, sendbuf, dst, recvbuf, src, tag=0, *, timeout=None, meta=0, meta2=0):
         """Send sendbuf to dst and receive recvbuf from src at once (MPI_Sendrecv)
         -> Status of the receive.  Safe for pairwise exchanges: the receive is
         posted before the send, so two ranks exchanging never wait on each other."""
-        rq, sq = self._exchange(sendbuf, dst, recvbuf, src, tag, meta, 0.0)
+        rq, sq = self._exchange(sendbuf, dst, recvbuf, src, tag, meta, 0.0, meta2=meta2)
         wait_all([rq, sq], timeout)
         return rq.status
 
-    def _exchange(self, sendbuf, dst, recvbuf, src, tag, meta, wait, hook=0):
+    def _exchange(self, sendbuf, dst, recvbuf, src, tag, meta, wait, hook=0, meta2=0):
         """(recv, send) Requests of a sendrecv whose receive was waited for up to
         `wait` seconds (the collectives' pairwise step, in one engine call).
         hook: the receive combines into recvbuf with this C loop (_irecv_reduce)."""
@@ -121,19 +123,20 @@ class Communicator:
         if self._identity and type(dst) is int and type(src) is int and 0 <= dst < self.size \
                 and 0 <= src < self.size:
             return self._engine.exchange(sendbuf, dst, recvbuf, src, self._ctx, tag, meta, wait,
-                                         None, hook, isz)
+                                         None, hook, isz, meta2)
         return self._engine.exchange(sendbuf, self._peer(dst, "dst"), recvbuf,
                                      self._peer(src, "src"), self._ctx, tag, meta, wait,
-                                     self._rank_of, hook, isz)
+                                     self._rank_of, hook, isz, meta2)
 
-    def _irecv_reduce(self, buf, src, tag, meta, hook):
+    def _irecv_reduce(self, buf, src, tag, meta, hook, meta2=0):
         """A receive that combines the message into buf as it lands, with the C loop
         at address hook (transport Engine.irecv_reduce), instead of copying it:
         the collectives' reduction without a scratch buffer.  Only a message
-        with this meta and exactly buf's size is combined; any other completes
-        the request with buf untouched and its own meta and size in the status."""
+        with this meta and meta2 and exactly buf's size is combined; any other
+        completes the request with buf untouched and its own meta, meta2 and
+        size in the status."""
         return self._engine.irecv_reduce(buf, self._peer(src, "src"), self._ctx, tag, meta, hook,
-                                         buf.itemsize, self._rank_of)
+                                         buf.itemsize, self._rank_of, meta2)
 
     def _exchange_chain(self, steps, tmp, count, tag, nbytes=-1, itemsize=0):
         """A persistent chain of exchanges on this context (the collectives' repeated

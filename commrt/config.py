@@ -80,6 +80,11 @@ knob("COMMRT_TRANSPORT", "auto", str,
      "auto (shared memory on one host, TCP across hosts), shm, or tcp (forces TCP on one host).")
 knob("COMMRT_BIND_ADDR", "127.0.0.1", str, "Address the data-plane listener binds (TCP).")
 knob("COMMRT_EAGER_LIMIT", 16384, _size, "Largest message sent eagerly (copied through the channel).")
+knob("COMMRT_UNEXPECTED_BYTES", 4 << 20, _size,
+     "Bytes of unexpected messages (arrived before their receive was posted) a rank holds for "
+     "each peer, at least 64 KiB: the eager credit it grants that peer.  A sender out of credit "
+     "waits until the receiver matches (a blocking send may then wait for its receive, as MPI "
+     "allows: use sendrecv or non-blocking sends for exchanges).")
 knob("COMMRT_SHM_RING_BYTES", 1 << 20, _size, "Bytes of each shared-memory ring, per direction.")
 knob("COMMRT_SHM_CHUNK_BYTES", 64 << 10, _size,
      "Bytes per piece of a large shared-memory message streamed through the pair's ring "

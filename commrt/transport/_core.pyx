@@ -36,6 +36,7 @@ include "engine.pxi"
 ANY_SOURCE = -1
 ANY_TAG = -1
 HEADER_BYTES = HDR_BYTES
+WIRE_VERSION = HDR_VERSION        # what connect.py checks at connect time
 SHM_CONTROL_BYTES = CTL_PAGE
 
 
@@ -45,29 +46,32 @@ def shm_segment_bytes(uint64_t ring_bytes):
 
 
 cdef class Status:
-    """What a completed receive (or send) reports: source, tag, nbytes, meta."""
+    """What a completed receive (or send) reports: source, tag, nbytes, and the
+    two 64-bit words of the sender's meta (meta, meta2; docs/transport.md)."""
     cdef readonly int source
     cdef readonly int tag
     cdef readonly object nbytes
     cdef readonly object meta
+    cdef readonly object meta2
 
-    def __init__(self, source, tag, nbytes, meta=0):
+    def __init__(self, source, tag, nbytes, meta=0, meta2=0):
         self.source = source
         self.tag = tag
         self.nbytes = nbytes
         self.meta = meta
+        self.meta2 = meta2
 
     def __iter__(self):
         return iter((self.source, self.tag, self.nbytes))
 
     def __eq__(self, other):
         if isinstance(other, Status):
-            return (self.source, self.tag, self.nbytes, self.meta) == \
-                   (other.source, other.tag, other.nbytes, other.meta)
+            return (self.source, self.tag, self.nbytes, self.meta, self.meta2) == \
+                   (other.source, other.tag, other.nbytes, other.meta, other.meta2)
         return NotImplemented
 
     def __hash__(self):
-        return hash((self.source, self.tag, self.nbytes, self.meta))
+        return hash((self.source, self.tag, self.nbytes, self.meta, self.meta2))
 
     def __repr__(self):
         return f"Status(source={self.source}, tag={self.tag}, nbytes={self.nbytes})"
@@ -144,7 +148,7 @@ cdef class Request:
             src = self.rank_of(src)
         nbytes = self.r.nbytes
         self._status = Status(src, self.r.st_tag if self.r.kind == K_RECV else self.r.tag,
-                              nbytes, self.r.meta)
+                              nbytes, self.r.meta, self.r.meta2)
         return self._status
 
     def __repr__(self):
@@ -164,12 +168,11 @@ cdef class Engine:
     cdef readonly int rank
     cdef readonly int size
     cdef readonly double default_timeout
-    cdef list segments          # (address, length) of mapped pair segments
 
     def __cinit__(self, int rank, int size, *, uint64_t eager_limit=16384, uint64_t chunk=262144,
                   double spin_us=50.0, double spin_max_us=1000.0, bint oversubscribed=False,
                   double timeout=300.0, double progress_delay_us=1000.0,
-                  uint64_t cma_min_bytes=12582912):
+                  uint64_t cma_min_bytes=12582912, uint64_t credit_bytes=4194304):
         cdef epoll_event ev
         cdef pthread_condattr_t ca
         if size < 1 or rank < 0 or rank >= size:
@@ -184,7 +187,6 @@ cdef class Engine:
         self.size = size
         self.default_timeout = timeout
         self.live = set()
-        self.segments = []
         self.E.rank = rank
         self.E.size = size
         self.E.eager_limit = eager_limit
@@ -192,6 +194,7 @@ cdef class Engine:
         # so a chunk must never split an element (every dtype's size divides 64)
         self.E.chunk = max(<uint64_t>64, chunk & ~(<uint64_t>63))
         self.E.cma_min = cma_min_bytes
+        self.E.credit_bytes = max(credit_bytes, <uint64_t>MIN_CREDIT)
         self.E.spin_ns = <int64_t>(spin_us * 1000.0)
         self.E.spin_min_ns = self.E.spin_ns
         self.E.pt_delay_ns = <int64_t>(progress_delay_us * 1000.0)
@@ -220,7 +223,7 @@ cdef class Engine:
         epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, self.E.doorbell, &ev)
         ev.data.u64 = (<uint64_t>EV_KICK) << 32
         epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, self.E.kickfd, &ev)
-        self.E.peers[rank].kind = P_SELF
+        self.E.peers[rank].ops = &SELF_OPS
 
     def __dealloc__(self):
         if self.E != NULL:
@@ -236,29 +239,37 @@ cdef class Engine:
     def eager_limit(self):
         return self.E.eager_limit
 
-    def add_tcp_peer(self, int rank, int fd):
-        """Adopt a connected, authenticated, non-blocking TCP socket (fd is owned from now on)."""
+    @property
+    def credit_bytes(self):
+        """Bytes of unexpected messages this rank holds for each peer (the
+        eager credit it grants; COMMRT_UNEXPECTED_BYTES)."""
+        return self.E.credit_bytes
+
+    def add_tcp_peer(self, int rank, int fd, uint64_t credit):
+        """Adopt a connected, authenticated, non-blocking TCP socket (fd is owned from
+        now on); credit: the bytes of unexpected messages the peer holds for us."""
         cdef epoll_event ev
-        cdef peer_t *p = self._peer_for_setup(rank)
-        p.kind = P_TCP
+        cdef peer_t *p = self._peer_for_setup(rank, credit)
+        p.ops = &TCP_OPS
         p.fd = fd
         p.rxbuf = <char *>malloc(RXBUF_BYTES)
         if p.rxbuf == NULL:
             raise MemoryError()
         ev.events = EPOLLIN | EPOLLRDHUP
-        ev.data.u64 = (<uint64_t>EV_TCP << 32) | <uint64_t>rank
+        ev.data.u64 = (<uint64_t>EV_PEER << 32) | <uint64_t>rank
         if epoll_ctl(self.E.iofd, EPOLL_CTL_ADD, fd, &ev) != 0:
             raise OSError(errno, f"epoll_ctl for the TCP connection to rank {rank}")
         p.ev_mask = ev.events
         p.in_epoll = True
-        self.E.n_tcp += 1
+        _count_channel(self.E, p)
 
     def add_shm_peer(self, int rank, int memfd, uint64_t ring_bytes, int side, int peer_efd,
-                     int live_fd, int pid, bint cma):
+                     int live_fd, int pid, bint cma, uint64_t credit):
         """Adopt a shared-memory pair: the memfd segment, the peer's doorbell
-        eventfd, and the Unix socket whose EOF tells that the peer died."""
+        eventfd, and the Unix socket whose EOF tells that the peer died;
+        credit as for add_tcp_peer."""
         cdef epoll_event ev
-        cdef peer_t *p = self._peer_for_setup(rank)
+        cdef peer_t *p = self._peer_for_setup(rank, credit)
         cdef size_t seg_len = CTL_PAGE + 2 * ring_bytes
         if ring_bytes & (ring_bytes - 1) or ring_bytes < 4 * CTL_PAGE:
             raise ValueError(f"ring_bytes must be a power of two >= 16 KiB, got {ring_bytes}")
@@ -266,34 +277,37 @@ cdef class Engine:
         if seg == MAP_FAILED:
             raise OSError(errno, f"mmap of the shared-memory segment for rank {rank}")
         close(memfd)
-        self.segments.append((<size_t>seg, seg_len))
         shm_map(p, <char *>seg, seg_len, side, ring_bytes)
-        p.kind = P_SHM
+        p.ops = &SHM_OPS
         p.peer_efd = peer_efd
         p.fd = live_fd
         p.pid = pid
         p.cma_ok = cma
         ev.events = EPOLLIN | EPOLLRDHUP
-        ev.data.u64 = (<uint64_t>EV_LIVE << 32) | <uint64_t>rank
+        ev.data.u64 = (<uint64_t>EV_PEER << 32) | <uint64_t>rank
         if epoll_ctl(self.E.iofd, EPOLL_CTL_ADD, live_fd, &ev) != 0:
             raise OSError(errno, f"epoll_ctl for the liveness socket of rank {rank}")
         p.in_epoll = True
-        self.E.n_shm += 1
+        _count_channel(self.E, p)
         if self.E.chunk > ring_bytes // 4:
             self.E.chunk = ring_bytes // 4
         if self.E.eager_limit > ring_bytes // 4 - HDR_SPACE:
             self.E.eager_limit = ring_bytes // 4 - HDR_SPACE
 
-    cdef peer_t *_peer_for_setup(self, int rank) except NULL:
+    cdef peer_t *_peer_for_setup(self, int rank, uint64_t credit) except NULL:
         if rank < 0 or rank >= self.size or rank == self.rank:
             raise ValueError(f"peer rank {rank} invalid (world size {self.size}, own rank {self.rank})")
-        if self.E.peers[rank].kind != 0:
+        if self.E.peers[rank].ops != NULL:
             raise ValueError(f"rank {rank} already has a channel")
+        if credit < MIN_CREDIT:
+            raise ValueError(f"rank {rank} grants {credit} bytes of credit, less than the "
+                             f"{MIN_CREDIT} a channel needs")
+        self.E.peers[rank].tx_credit = <int64_t>credit
         return &self.E.peers[rank]
 
     def start(self, bint progress_thread=True):
         """Check every peer has a channel; start the progress thread."""
-        missing = [i for i in range(self.size) if self.E.peers[i].kind == 0]
+        missing = [i for i in range(self.size) if self.E.peers[i].ops == NULL]
         if missing:
             raise _errors().BootstrapError(f"rank {self.rank}: no channel to ranks {missing}")
         if progress_thread and not self.E.pt_running:
@@ -302,9 +316,11 @@ cdef class Engine:
             self.E.pt_running = True
 
     def peer_kind(self, int rank):
-        """'self', 'shm' or 'tcp'."""
+        """The channel's kind: 'self', 'shm' or 'tcp' (chan_ops_t.name), or 'none'."""
         self._check_rank(rank, "rank")
-        return {P_SELF: "self", P_SHM: "shm", P_TCP: "tcp"}.get(self.E.peers[rank].kind, "none")
+        if self.E.peers[rank].ops == NULL:
+            return "none"
+        return (<bytes>self.E.peers[rank].ops.name).decode()
 
     # ------------------------------------------------------------ posting
     cdef int _check_rank(self, int rank, str what) except -1:
@@ -334,7 +350,7 @@ cdef class Engine:
         return 0
 
     cdef Request _new(self, int kind, object buf, int peer, uint32_t ctx, int tag, uint64_t meta,
-                      object rank_of):
+                      object rank_of, uint64_t meta2=0):
         if self.E.closed:
             raise _errors().CommError("the communicator is closed")
         cdef Request q = Request.__new__(Request)
@@ -345,6 +361,7 @@ cdef class Engine:
         q.r.ctx = ctx
         q.r.tag = tag
         q.r.meta = meta
+        q.r.meta2 = meta2
         q.r.err_rank = -1
         self._describe(q, buf, kind == K_RECV)
         if kind == K_SEND:
@@ -365,12 +382,14 @@ cdef class Engine:
                 wake_progress_thread(E)
             pthread_mutex_unlock(&E.lock)
 
-    def isend(self, buf, int dst, uint32_t ctx=0, int tag=0, uint64_t meta=0, rank_of=None):
-        """Post a send; returns a Request."""
+    def isend(self, buf, int dst, uint32_t ctx=0, int tag=0, uint64_t meta=0, rank_of=None,
+              uint64_t meta2=0):
+        """Post a send; returns a Request.  meta, meta2: two 64-bit words the
+        receiver's Status shows (the collectives' fingerprint)."""
         self._check_rank(dst, "dst")
         if tag < 0:
             raise ValueError(f"tag must be >= 0, got {tag}")
-        q = self._new(K_SEND, buf, dst, ctx, tag, meta, rank_of)
+        q = self._new(K_SEND, buf, dst, ctx, tag, meta, rank_of, meta2)
         self._post(q, True)
         return q
 
@@ -385,7 +404,7 @@ cdef class Engine:
         return q
 
     def irecv_reduce(self, buf, int src, uint32_t ctx, int tag, uint64_t meta, size_t hook,
-                     int itemsize, rank_of=None):
+                     int itemsize, rank_of=None, uint64_t meta2=0):
         """Post a reduce-receive from src; returns a Request.
 
         Instead of copying the message into buf, the transport combines it
@@ -393,18 +412,19 @@ cdef class Engine:
         chunk, a CMA piece in a bounce buffer, a TCP read), hook being the
         address of a C function void f(void *dst, const void *src, int64_t n)
         over n elements of `itemsize` bytes.  Only the expected message is
-        combined: meta equal to `meta` and exactly len(buf) bytes.  Any other
+        combined: meta and meta2 equal to `meta`, `meta2` and exactly len(buf) bytes.  Any other
         completes the request leaving buf untouched; its status then shows
         the meta and size that came, for the caller to report."""
         self._check_rank(src, "src")
         if tag < 0:
             raise ValueError(f"tag must be >= 0, got {tag}")
         q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
-        self._arm_reduce(q, meta, hook, itemsize)
+        self._arm_reduce(q, meta, hook, itemsize, meta2)
         self._post(q, True)
         return q
 
-    cdef int _arm_reduce(self, Request q, uint64_t meta, size_t hook, int itemsize) except -1:
+    cdef int _arm_reduce(self, Request q, uint64_t meta, size_t hook, int itemsize,
+                         uint64_t meta2) except -1:
         if hook == 0 or not combinable_size(itemsize):
             raise ValueError(f"reduce-receive needs a combine function and an element size "
                              f"dividing 64, got hook={hook:#x}, itemsize={itemsize}")
@@ -417,14 +437,16 @@ cdef class Engine:
         q.r.hook = <combine_fn>hook
         q.r.itemsize = itemsize
         q.r.want_meta = meta
+        q.r.want_meta2 = meta2
         return 0
 
-    def send(self, buf, int dst, uint32_t ctx=0, int tag=0, uint64_t meta=0, timeout=None):
+    def send(self, buf, int dst, uint32_t ctx=0, int tag=0, uint64_t meta=0, timeout=None,
+             uint64_t meta2=0):
         """Blocking send: returns when buf may be reused."""
         self._check_rank(dst, "dst")
         if tag < 0:
             raise ValueError(f"tag must be >= 0, got {tag}")
-        q = self._new(K_SEND, buf, dst, ctx, tag, meta, None)
+        q = self._new(K_SEND, buf, dst, ctx, tag, meta, None, meta2)
         self._post(q, False)
         if q.r.state < S_DONE:
             self._wait(q, timeout)
@@ -443,11 +465,11 @@ cdef class Engine:
         return q._finish()
 
     def exchange(self, sendbuf, int dst, recvbuf, int src, uint32_t ctx, int tag, uint64_t meta,
-                 double wait, rank_of=None, size_t hook=0, int itemsize=0):
+                 double wait, rank_of=None, size_t hook=0, int itemsize=0, uint64_t meta2=0):
         """Post a receive from src, then a send to dst, and wait for the receive
         up to `wait` seconds (spinning, then sleeping) -> (recv, send) Requests.
         With a hook the receive is a reduce-receive (irecv_reduce) expecting
-        the send's meta.
+        the send's meta and meta2.
 
         The building block of sendrecv and of every pairwise exchange in the
         collectives: one call instead of four (irecv, isend, two waits), and
@@ -460,8 +482,8 @@ cdef class Engine:
             raise ValueError(f"tag must be >= 0, got {tag}")
         rq = self._new(K_RECV, recvbuf, src, ctx, tag, 0, rank_of)
         if hook:
-            self._arm_reduce(rq, meta, hook, itemsize)
-        sq = self._new(K_SEND, sendbuf, dst, ctx, tag, meta, rank_of)
+            self._arm_reduce(rq, meta, hook, itemsize, meta2)
+        sq = self._new(K_SEND, sendbuf, dst, ctx, tag, meta, rank_of, meta2)
         self._post(rq, False)
         self._post(sq, False)
         # (block() hands a send left behind to the progress thread as it returns)
@@ -634,12 +656,7 @@ cdef class Engine:
         per_peer = {}
         for i in range(self.size):
             p = &self.E.peers[i]
-            n = 0
-            if p.kind == P_SHM:
-                n += p.seg_len
-            elif p.kind == P_TCP:
-                n += RXBUF_BYTES
-            per_peer[i] = n
+            per_peer[i] = p.ops.memory(p) if p.ops != NULL else 0
         return {"per_peer": per_peer, "unexpected_bytes": self.E.unexp_bytes,
                 "unexpected_messages": self.E.unexp_count, "live_requests": len(self.live)}
 
@@ -665,7 +682,7 @@ cdef class Engine:
             pthread_mutex_lock(&E.lock)
             for i in range(E.size):
                 p = &E.peers[i]
-                if (p.kind == P_SHM or p.kind == P_TCP) and p.lost == 0:
+                if p.ops != NULL and p.ops.remote and p.lost == 0:
                     send_ctrl(E, p, OP_BYE, 0, 0, 0, 0)
             deadline = now_ns() + <int64_t>(linger * 1e9)
             while now_ns() < deadline and _tx_pending(E):
@@ -701,7 +718,7 @@ cdef class Engine:
             pthread_mutex_lock(&E.lock)
             for i in range(E.size):
                 p = &E.peers[i]
-                if p.kind == P_SHM or p.kind == P_TCP:
+                if p.ops != NULL and p.ops.remote:
                     peer_lost(E, p, E_CLOSED, b"the communicator was closed")
             while E.posted_head != NULL:
                 r = E.posted_head
@@ -712,18 +729,8 @@ cdef class Engine:
             self._sweep()
         for i in range(E.size):
             p = &E.peers[i]
-            if p.fd >= 0:
-                close(p.fd)
-                p.fd = -1
-            if p.peer_efd >= 0:
-                close(p.peer_efd)
-                p.peer_efd = -1
-            if p.rxbuf != NULL:
-                free(p.rxbuf)
-                p.rxbuf = NULL
-        for addr, length in self.segments or ():
-            munmap(<void *><size_t>addr, <size_t>length)
-        self.segments = []
+            if p.ops != NULL and p.ops.release != NULL:
+                p.ops.release(p)
         while E.unexp_head != NULL:
             u = E.unexp_head
             unexp_remove(E, u)
@@ -740,6 +747,13 @@ cdef class Engine:
         free(E.peers)
         free(E)
         self.E = NULL
+
+
+cdef void _count_channel(eng_t *E, peer_t *p) noexcept nogil:
+    if p.ops.polled_fd:
+        E.n_fd_polled += 1
+    if p.ops.poll != NULL:
+        E.n_polled += 1
 
 
 cdef bint _tx_pending(eng_t *E) noexcept nogil:

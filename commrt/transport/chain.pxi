@@ -52,12 +52,13 @@ cdef struct step_t:
     combine_fn rhook    # ranged: the receive combines with this loop (NULL: copies)
 
 
-cdef inline void reset_req(req_t *r, uint64_t meta) noexcept nogil:
+cdef inline void reset_req(req_t *r, uint64_t meta, uint64_t meta2) noexcept nogil:
     r.state = S_NEW
     r.err = E_NONE
     r.err_rank = -1
     r.err_a = 0
     r.meta = meta
+    r.meta2 = meta2
     r.moved = 0
     r.st_src = -1
     r.st_tag = -1
@@ -67,7 +68,8 @@ cdef inline void reset_req(req_t *r, uint64_t meta) noexcept nogil:
     r.nbytes = r.cap if r.kind == K_SEND else 0
 
 
-cdef int chain_go(eng_t *E, step_t *steps, int *at, int last, uint64_t meta, uint64_t nbytes,
+cdef int chain_go(eng_t *E, step_t *steps, int *at, int last, uint64_t meta, uint64_t meta2,
+                  uint64_t nbytes,
                   int64_t count, int64_t wait_ns, int64_t *deadline, bint posted) noexcept nogil:
     """Run steps *at .. last-1 (the first already posted if `posted`)."""
     cdef int i = at[0]
@@ -80,9 +82,10 @@ cdef int chain_go(eng_t *E, step_t *steps, int *at, int last, uint64_t meta, uin
         rq = s.rq
         sq = s.sq
         if not posted:
-            reset_req(rq, 0)
+            reset_req(rq, 0, 0)
             rq.want_meta = meta
-            reset_req(sq, meta)
+            rq.want_meta2 = meta2
+            reset_req(sq, meta, meta2)
             pthread_mutex_lock(&E.lock)
             post_recv(E, rq)
             post_send(E, sq)
@@ -96,7 +99,7 @@ cdef int chain_go(eng_t *E, step_t *steps, int *at, int last, uint64_t meta, uin
                                                   and not block(E, sq, slice_end, True)):
             at[0] = i
             return CH_SLICE if now_ns() < deadline[0] else CH_STOP
-        if rq.state != S_DONE or sq.state != S_DONE or rq.meta != meta \
+        if rq.state != S_DONE or sq.state != S_DONE or rq.meta != meta or rq.meta2 != meta2 \
                 or rq.nbytes != (s.r_len if s.ranged else nbytes):
             at[0] = i
             return CH_STOP
@@ -110,7 +113,7 @@ cdef int chain_go(eng_t *E, step_t *steps, int *at, int last, uint64_t meta, uin
 cdef class ExchangeChain:
     """Pairwise exchanges bound once and run many times (Engine.exchange_chain).
 
-    run(buf, meta, wait, first=0, last=None) -> int: runs steps first..last-1
+    run(buf, meta, wait, first=0, last=None, meta2=0) -> int: runs steps first..last-1
     on buf (C-contiguous, writable, the bound size) and returns `last` when
     every step was clean, the index of the step it stopped at otherwise (its
     requests then wait in handover()), or -1, having done nothing, when buf
@@ -229,7 +232,7 @@ cdef class ExchangeChain:
         self.detached = (rq, sq)
         self._fresh(i)
 
-    def run(self, buf, uint64_t meta, double wait, int first=0, last=None):
+    def run(self, buf, uint64_t meta, double wait, int first=0, last=None, uint64_t meta2=0):
         cdef eng_t *E = self.eng.E
         cdef int stop = self.n if last is None else min(<int>last, self.n)
         cdef int at = first
@@ -246,7 +249,7 @@ cdef class ExchangeChain:
             return stop
         while True:
             with nogil:
-                rc = chain_go(E, self.steps, &at, stop, meta, self.nbytes, self.count, wait_ns,
+                rc = chain_go(E, self.steps, &at, stop, meta, meta2, self.nbytes, self.count, wait_ns,
                               &deadline, posted)
             if rc == CH_DONE:
                 return stop

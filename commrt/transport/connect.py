@@ -4,7 +4,12 @@ Every pair of ranks gets one channel: shared memory when both run on one
 host (unless COMMRT_TRANSPORT=tcp), TCP otherwise.  Rank r connects to every
 lower rank and accepts every higher one.  Each connection proves it knows
 the job secret (commrt.rendezvous.auth) before anything else is read, then
-says who it is (a hello); only then is it trusted.
+says who it is and which wire version it speaks (a hello, answered by an
+ack with the acceptor's version); a peer speaking another wire version is
+refused on both sides with an error naming both versions.  Hello and ack also
+carry how many bytes of unexpected messages each side holds for the other
+(the eager credit of flow control, docs/transport.md).  Only then is the
+channel trusted.
 
 Shared-memory pairs meet over an abstract Unix socket (no file): the lower
 rank creates the segment with memfd_create and passes it, with its doorbell
@@ -22,14 +27,18 @@ import threading
 import time
 
 from commrt import config
-from commrt.errors import AuthError, BootstrapError, CommTimeoutError, TransportError
+from commrt.errors import AuthError, BootstrapError, CommTimeoutError, ProtocolError, TransportError
 from commrt.rendezvous import auth
 from commrt.transport import _core
 
 log = logging.getLogger("commrt")
 
-HELLO = struct.Struct("<4sii i")        # magic, rank, pid, kind (0 tcp, 1 shm)
-HELLO_MAGIC = b"CMHI"
+HELLO = struct.Struct("<4sHHiiQ")      # magic, wire version, kind (0 tcp, 1 shm), rank, pid, credit
+HELLO_MAGIC = b"CMHW"
+OLD_HELLO_MAGIC = b"CMHI"               # wire version 1's hello: magic, rank, pid, kind (16 bytes)
+OLD_HELLO_BYTES = 16
+ACK = struct.Struct("<4sHHQ")           # magic, wire version, verdict (0 accepted), credit
+ACK_MAGIC = b"CMAK"
 SHM_OFFER = struct.Struct("<4sQ")       # magic, ring bytes
 KIND_TCP, KIND_SHM = 0, 1
 
@@ -81,7 +90,8 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
                           progress_delay_us=config.get("COMMRT_PROGRESS_DELAY_US"),
                           cma_min_bytes=_cma_min_bytes(oversub),
                           chunk=config.get("COMMRT_SHM_CHUNK_BYTES"),
-                          timeout=config.get("COMMRT_TIMEOUT"))
+                          timeout=config.get("COMMRT_TIMEOUT"),
+                          credit_bytes=config.get("COMMRT_UNEXPECTED_BYTES"))
     prefix = f"commrt/mesh/{generation}"
     deadline = time.monotonic() + timeout
     with _Listeners(bind_addr) as listeners:
@@ -183,19 +193,17 @@ class _Acceptor(threading.Thread):
             budget = max(0.1, self.deadline - time.monotonic())
             auth.server_handshake(conn, self.secret, min(10.0, budget))
             conn.settimeout(budget)
-            magic, peer, pid, kind = HELLO.unpack(_recv_exact(conn, HELLO.size))
-            if magic != HELLO_MAGIC:
-                raise AuthError("bad hello after authentication")
+            peer, pid, kind, credit = _read_hello(conn, self.rank)
             with self.lock:
                 if self.expected.get(peer) != kind or peer in self.claimed:
                     raise AuthError(f"unexpected hello from rank {peer} (kind {kind})")
                 self.claimed.add(peer)
             try:
+                conn.sendall(ACK.pack(ACK_MAGIC, _core.WIRE_VERSION, 0, self.engine.credit_bytes))
                 if kind == KIND_SHM:
-                    _offer_shm(self.engine, conn, self.rank, peer, pid)
+                    _offer_shm(self.engine, conn, self.rank, peer, pid, credit)
                 else:
-                    conn.sendall(b"OK")
-                    _adopt_tcp(self.engine, peer, conn)
+                    _adopt_tcp(self.engine, peer, conn, credit)
             except BaseException:
                 with self.lock:                 # the rank may try again; join() names it if not
                     self.claimed.discard(peer)
@@ -204,6 +212,11 @@ class _Acceptor(threading.Thread):
                 del self.expected[peer]
                 if not self.expected:
                     self.done.set()
+        except ProtocolError as exc:                 # one of the job's ranks: fatal
+            log.error("commrt rank %d: %s", self.rank, exc)
+            self.error = exc
+            conn.close()
+            self.done.set()
         except (AuthError, OSError, struct.error, ValueError) as exc:
             who = f"rank {peer}" if peer is not None else "a connection"
             log.warning("commrt rank %d: refused %s: %s", self.rank, who, exc)
@@ -245,7 +258,7 @@ def _connect(engine, secret, rank, peer, kind, addr, deadline):
     while True:
         try:
             return _connect_once(engine, secret, rank, peer, kind, addr, deadline)
-        except AuthError:
+        except (AuthError, ProtocolError):
             raise
         except OSError as exc:
             if time.monotonic() > deadline:
@@ -271,27 +284,72 @@ def _connect_once(engine, secret, rank, peer, kind, addr, deadline):
             time.sleep(0.01)
     try:
         auth.client_handshake(sock, secret, max(0.1, deadline - time.monotonic()))
-        sock.sendall(HELLO.pack(HELLO_MAGIC, rank, os.getpid(), kind))
+        sock.sendall(HELLO.pack(HELLO_MAGIC, _core.WIRE_VERSION, kind, rank, os.getpid(),
+                                engine.credit_bytes))
+        credit = _read_ack(sock, rank, peer)
         if kind == KIND_SHM:
-            _accept_shm(engine, sock, rank, peer, addr["pid"])
+            _accept_shm(engine, sock, rank, peer, addr["pid"], credit)
         else:
-            if _recv_exact(sock, 2) != b"OK":
-                raise TransportError(f"rank {rank}: rank {peer} refused the TCP channel")
-            _adopt_tcp(engine, peer, sock)
+            _adopt_tcp(engine, peer, sock, credit)
     except BaseException:
         sock.close()
         raise
 
 
-def _adopt_tcp(engine, peer, sock):
+def _version_error(rank, peer, theirs):
+    return ProtocolError(
+        f"rank {rank}: rank {peer} speaks commrt wire version {theirs}, this rank speaks "
+        f"wire version {_core.WIRE_VERSION}; every rank of a job must run the same commrt")
+
+
+def _read_hello(conn, rank):
+    """The acceptor's side: (peer, pid, kind, credit) from a hello, or
+    ProtocolError (after telling the peer our version) for another version."""
+    head = _recv_exact(conn, OLD_HELLO_BYTES)
+    if head[:4] == OLD_HELLO_MAGIC:                 # version 1: magic, rank, pid, kind
+        _, peer, _, _ = struct.unpack("<4siii", head)
+        raise _version_error(rank, peer, 1)
+    if head[:4] != HELLO_MAGIC:
+        raise AuthError("bad hello after authentication")
+    magic, version, kind, peer, pid, credit = HELLO.unpack(
+        head + _recv_exact(conn, HELLO.size - OLD_HELLO_BYTES))
+    if version != _core.WIRE_VERSION:
+        try:
+            conn.sendall(ACK.pack(ACK_MAGIC, _core.WIRE_VERSION, 1, 0))
+        except OSError:
+            pass
+        raise _version_error(rank, peer, version)
+    return peer, pid, kind, credit
+
+
+def _read_ack(sock, rank, peer):
+    """The connecting side: the acceptor's credit, or ProtocolError."""
+    try:
+        raw = _recv_exact(sock, ACK.size)
+    except TransportError:
+        raise TransportError(
+            f"rank {rank}: rank {peer} closed the channel after our hello: it may speak another "
+            f"commrt wire version (this rank speaks wire version {_core.WIRE_VERSION}; "
+            f"version 1 closes on a hello it does not know)") from None
+    magic, version, verdict, credit = ACK.unpack(raw)
+    if magic != ACK_MAGIC:
+        raise TransportError(f"rank {rank}: rank {peer} answered our hello with garbage")
+    if version != _core.WIRE_VERSION:
+        raise _version_error(rank, peer, version)
+    if verdict != 0:
+        raise TransportError(f"rank {rank}: rank {peer} refused the channel")
+    return credit
+
+
+def _adopt_tcp(engine, peer, sock, credit):
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     # Buffer sizes are left to the kernel: setting SO_SNDBUF/SO_RCVBUF turns
     # autotuning off, and autotuning won 10-25% at 16-64 MiB on loopback.
     sock.setblocking(False)
-    engine.add_tcp_peer(peer, sock.detach())
+    engine.add_tcp_peer(peer, sock.detach(), credit)
 
 
-def _offer_shm(engine, conn, rank, peer, peer_pid):
+def _offer_shm(engine, conn, rank, peer, peer_pid, credit):
     """Lower rank: create the pair's segment and pass it with our doorbell."""
     ring = _ring_bytes()
     seg = _core.shm_segment_bytes(ring)
@@ -305,10 +363,10 @@ def _offer_shm(engine, conn, rank, peer, peer_pid):
     except BaseException:
         os.close(memfd)
         raise
-    _adopt_shm(engine, peer, memfd, ring, 0, fds[0], conn, peer_pid)
+    _adopt_shm(engine, peer, memfd, ring, 0, fds[0], conn, peer_pid, credit)
 
 
-def _accept_shm(engine, sock, rank, peer, peer_pid):
+def _accept_shm(engine, sock, rank, peer, peer_pid, credit):
     """Higher rank: receive the segment and the peer's doorbell, send ours."""
     msg, fds, _, _ = socket.recv_fds(sock, SHM_OFFER.size, 2)
     if len(fds) != 2 or len(msg) != SHM_OFFER.size:
@@ -317,13 +375,13 @@ def _accept_shm(engine, sock, rank, peer, peer_pid):
         raise TransportError(f"rank {peer} sent a malformed shared-memory offer")
     magic, ring = SHM_OFFER.unpack(msg)
     socket.send_fds(sock, [b"D"], [engine.doorbell_fd])
-    _adopt_shm(engine, peer, fds[0], ring, 1, fds[1], sock, peer_pid)
+    _adopt_shm(engine, peer, fds[0], ring, 1, fds[1], sock, peer_pid, credit)
 
 
-def _adopt_shm(engine, peer, memfd, ring, side, peer_efd, sock, peer_pid):
+def _adopt_shm(engine, peer, memfd, ring, side, peer_efd, sock, peer_pid, credit):
     sock.setblocking(False)
     engine.add_shm_peer(peer, memfd, ring, side, peer_efd, sock.detach(), peer_pid,
-                        config.get("COMMRT_CMA"))
+                        config.get("COMMRT_CMA"), credit)
 
 
 def _ring_bytes():

@@ -55,13 +55,14 @@ cdef struct eng_t:
     uint64_t eager_limit
     uint64_t chunk
     uint64_t cma_min    # smallest shared-memory message copied with process_vm_readv
+    uint64_t credit_bytes   # unexpected-message bytes we hold for each peer (flow control)
     char *cbuf          # bounce buffer of reduce-receives over CMA (CMA_PIECE bytes, lazy)
     int64_t spin_ns     # current spin budget of a waiter (adapts, see block())
     int64_t spin_min_ns
     int64_t spin_max_ns
     bint oversub
-    int n_tcp
-    int n_shm
+    int n_fd_polled     # peers whose data comes on an fd (chan_ops_t.polled_fd)
+    int n_polled        # peers with a poll step (chan_ops_t.poll)
     poison_t poison[MAX_POISON]
     int poison_next
     bint closed
@@ -96,10 +97,7 @@ cdef void frame_done(eng_t *E, peer_t *p, frame_t *f) noexcept nogil:
 
 
 cdef inline void flush(eng_t *E, peer_t *p) noexcept nogil:
-    if p.kind == P_SHM:
-        shm_flush(E, p)
-    elif p.kind == P_TCP:
-        tcp_flush(E, p)
+    p.ops.flush(E, p)
 
 
 cdef bint enqueue(eng_t *E, peer_t *p, hdr_t *h, char *payload, uint64_t plen,
@@ -124,7 +122,7 @@ cdef bint enqueue(eng_t *E, peer_t *p, hdr_t *h, char *payload, uint64_t plen,
 cdef inline void init_hdr(eng_t *E, hdr_t *h, int opcode, uint32_t ctx, int tag) noexcept nogil:
     memset(h, 0, sizeof(hdr_t))
     h.magic = HDR_MAGIC
-    h.version = WIRE_VERSION
+    h.version = HDR_VERSION
     h.opcode = opcode
     h.src = E.rank
     h.ctx = ctx
@@ -150,8 +148,6 @@ cdef void send_ctrl(eng_t *E, peer_t *p, int opcode, uint32_t ctx, uint64_t cook
 
 cdef void start_rendezvous(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     """Receive r matched an RTS: copy directly (CMA) or ask for the data (CTS)."""
-    cdef int rc
-    cdef uint64_t done = 0
     set_status(r, h)
     if r.hook != NULL and not combine_ok(r, h):
         complete(E, r, E_NONE)              # not the message expected: buf untouched
@@ -162,20 +158,8 @@ cdef void start_rendezvous(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nog
         fail(E, r, E_TRUNC, h.src)
         send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 1)     # sender may reuse its buffer
         return
-    if p.kind == P_SHM and p.cma_ok and h.nbytes >= E.cma_min:
-        if r.hook != NULL:
-            rc = cma_combine(E, p, r, h.addr, h.nbytes, &done)
-        else:
-            rc = cma_copy(p, r.buf, h.addr, h.nbytes)
-        if rc == 0:
-            complete(E, r, E_NONE)
-            send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 0)
-            return
-        if done:                            # part combined: cannot start over by streaming
-            fail(E, r, E_PEER_LOST, h.src)
-            send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 1)
-            return
-        p.cma_ok = False                    # not permitted here: two copies from now on
+    if p.ops.pull != NULL and p.ops.pull(E, p, r, h):
+        return                              # the channel fetched it (or failed it) and said FIN
     r.state = S_ACTIVE
     r.moved = 0
     dlist_push(&p.rxact_head, r)
@@ -259,7 +243,7 @@ cdef void send_data(eng_t *E, peer_t *p, req_t *r, uint64_t recv_id) noexcept no
     init_hdr(E, &h, OP_DATA, r.ctx, r.tag)
     h.cookie = recv_id
     h.nbytes = r.nbytes
-    if not enqueue(E, p, &h, r.buf, r.nbytes, r, False, p.kind == P_SHM):
+    if not enqueue(E, p, &h, r.buf, r.nbytes, r, False, p.ops.chunked):
         fail(E, r, E_PEER_LOST, p.rank)
         return
     flush(E, p)
@@ -274,7 +258,7 @@ cdef void self_send(eng_t *E, req_t *s) noexcept nogil:
     init_hdr(E, &h, OP_EAGER, s.ctx, s.tag)
     h.nbytes = s.nbytes
     h.meta = s.meta
-    h.dtype = s.dtype
+    h.meta2 = s.meta2
     p = &E.peers[E.rank]
     count_sent(p, &h, s.nbytes)
     count_recv(p, &h)
@@ -292,6 +276,20 @@ cdef void self_send(eng_t *E, req_t *s) noexcept nogil:
     complete(E, s, E_NONE)
 
 
+cdef void self_flush(eng_t *E, peer_t *p) noexcept nogil:
+    pass                                    # nothing is ever queued for oneself
+
+
+cdef uint64_t no_memory(peer_t *p) noexcept nogil:
+    return 0
+
+
+cdef chan_ops_t SELF_OPS = chan_ops_t(
+    name=b"self", remote=False, polled_fd=False, chunked=False, post=self_send, put=NULL,
+    flush=self_flush, poll=NULL, on_event=NULL, arm=NULL, pull=NULL, beat=NULL, heard=NULL,
+    memory=no_memory, release=NULL)
+
+
 cdef void post_send(eng_t *E, req_t *r) noexcept nogil:
     cdef peer_t *p = &E.peers[r.peer]
     cdef hdr_t h
@@ -302,17 +300,16 @@ cdef void post_send(eng_t *E, req_t *r) noexcept nogil:
     if p.lost:
         fail(E, r, p.lost, p.rank)
         return
-    if p.kind == P_SELF:
-        self_send(E, r)
+    if p.ops.post != NULL:
+        p.ops.post(E, r)
         return
     if r.nbytes <= E.eager_limit:
         init_hdr(E, &h, OP_EAGER, r.ctx, r.tag)
         h.nbytes = r.nbytes
         h.meta = r.meta
-        h.dtype = r.dtype
-        if p.txq == NULL and p.kind == P_SHM and shm_put(E, p, &h, r.buf, r.nbytes):
+        h.meta2 = r.meta2
+        if p.txq == NULL and p.ops.put != NULL and p.ops.put(E, p, &h, r.buf, r.nbytes):
             count_sent(p, &h, r.nbytes)
-            ring_doorbell(p)
             complete(E, r, E_NONE)
             return
         if not enqueue(E, p, &h, r.buf, r.nbytes, r, False, False):
@@ -322,7 +319,7 @@ cdef void post_send(eng_t *E, req_t *r) noexcept nogil:
         init_hdr(E, &h, OP_RTS, r.ctx, r.tag)
         h.nbytes = r.nbytes
         h.meta = r.meta
-        h.dtype = r.dtype
+        h.meta2 = r.meta2
         h.cookie = r.id
         h.addr = <uint64_t><size_t>r.buf
         dlist_push(&p.await_head, r)
@@ -420,15 +417,6 @@ cdef void peer_lost(eng_t *E, peer_t *p, int err, const char *reason) noexcept n
 
 # ---------------------------------------------------------------- progress
 
-cdef void check_live(eng_t *E, peer_t *p) noexcept nogil:
-    """The Unix socket beside a shared-memory peer became readable: EOF = death."""
-    cdef char buf[64]
-    cdef ssize_t n = recv(p.fd, buf, 64, MSG_DONTWAIT)
-    if n == 0 or (n < 0 and errno != EAGAIN and errno != EINTR):
-        shm_rx(E, p)                        # what it wrote before dying is still valid
-        peer_lost(E, p, E_PEER_LOST, b"peer process exited or was killed")
-
-
 cdef void handle_events(eng_t *E, epoll_event *evs, int n) noexcept nogil:
     cdef int i
     cdef int kind
@@ -438,18 +426,10 @@ cdef void handle_events(eng_t *E, epoll_event *evs, int n) noexcept nogil:
     for i in range(n):
         kind = <int>(evs[i].data.u64 >> 32)
         rank = <int>(evs[i].data.u64 & <uint64_t>0xffffffff)
-        if kind == EV_TCP:
-            p = &E.peers[rank]
-            if p.lost:
-                continue
-            if evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP):
-                tcp_rx(E, p)
-            if not p.lost and (evs[i].events & EPOLLOUT):
-                tcp_flush(E, p)
-        elif kind == EV_LIVE:
+        if kind == EV_PEER:
             p = &E.peers[rank]
             if not p.lost:
-                check_live(E, p)
+                p.ops.on_event(E, p, evs[i].events)
         elif kind == EV_IO:                 # the channel set is ready: harvest it
             progress(E, True)
         elif kind == EV_DOORBELL:
@@ -465,13 +445,11 @@ cdef int progress(eng_t *E, bint poll_fds) noexcept nogil:
     cdef int k
     cdef peer_t *p
     cdef epoll_event evs[MAX_EVENTS]
-    if E.n_shm:
+    if E.n_polled:
         for i in range(E.size):
             p = &E.peers[i]
-            if p.kind == P_SHM and p.lost == 0:
-                n += shm_rx(E, p)
-                if p.txq != NULL and p.lost == 0:
-                    shm_flush(E, p)
+            if p.lost == 0 and p.ops.poll != NULL:
+                n += p.ops.poll(E, p)
     if poll_fds:
         k = epoll_wait(E.iofd, evs, MAX_EVENTS, 0)
         if k > 0:
@@ -485,8 +463,8 @@ cdef void arm(eng_t *E, uint32_t value) noexcept nogil:
     cdef peer_t *p
     for i in range(E.size):
         p = &E.peers[i]
-        if p.kind == P_SHM and p.lost == 0:
-            st_rel_u32(p.sleep_me, value)
+        if p.lost == 0 and p.ops.arm != NULL:
+            p.ops.arm(p, value)
     fence_seq_cst()
 
 
@@ -552,7 +530,7 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True) noexcept n
     spin_end = now_ns() + (E.spin_ns if spin else 0)
     while r.state < S_DONE:
         # fds (TCP data, a shm peer's death) every pass with TCP peers, else now and then
-        progress(E, E.n_tcp > 0 or (it & 1023) == 1023)
+        progress(E, E.n_fd_polled > 0 or (it & 1023) == 1023)
         if r.state >= S_DONE:
             break
         t = now_ns()

@@ -166,12 +166,13 @@ cdef inline void set_status(req_t *r, hdr_t *h) noexcept nogil:
     r.st_tag = h.tag
     r.nbytes = h.nbytes
     r.meta = h.meta
+    r.meta2 = h.meta2
 
 
 cdef inline bint combine_ok(req_t *r, hdr_t *h) noexcept nogil:
     """A reduce-receive takes only the message it expects: its fingerprint, its size.
     Anything else completes it with buf untouched (the caller reads the status)."""
-    return h.meta == r.want_meta and h.nbytes == r.cap
+    return h.meta == r.want_meta and h.meta2 == r.want_meta2 and h.nbytes == r.cap
 
 
 cdef void deliver(eng_t *E, req_t *r, hdr_t *h, const char *payload) noexcept nogil:

@@ -101,7 +101,7 @@ cdef bint shm_put(eng_t *E, peer_t *p, hdr_t *h, const char *payload, uint64_t p
     if pad:
         ph = <hdr_t *>(p.tx_data + off)
         ph.magic = HDR_MAGIC
-        ph.version = WIRE_VERSION
+        ph.version = HDR_VERSION
         ph.opcode = OP_PAD
         ph.nbytes = pad - HDR_SPACE
         tail += pad
@@ -211,7 +211,7 @@ cdef int shm_rx(eng_t *E, peer_t *p) noexcept nogil:
     while head != tail and p.lost == 0:
         off = head & (R - 1)
         h = <hdr_t *>(p.rx_data + off)
-        if h.magic != HDR_MAGIC or h.version != WIRE_VERSION or h.opcode == 0 or h.opcode > OP_MAX:
+        if h.magic != HDR_MAGIC or h.version != HDR_VERSION or h.opcode == 0 or h.opcode > OP_MAX:
             peer_lost(E, p, E_PEER_LOST, b"protocol error: bad record header in shared-memory ring")
             return n
         if payload_len(h) > R - off - HDR_SPACE:
@@ -234,3 +234,78 @@ cdef int shm_rx(eng_t *E, peer_t *p) noexcept nogil:
         if ld_acq_u32(p.txblk_peer):
             ring_doorbell(p)
     return n
+
+
+# ---------------------------------------------------------------- channel operations
+
+cdef bint shm_put_now(eng_t *E, peer_t *p, hdr_t *h, const char *payload, uint64_t plen) noexcept nogil:
+    """A frame straight into the ring (nothing queued before it): the eager fast path."""
+    if not shm_put(E, p, h, payload, plen):
+        return False
+    ring_doorbell(p)
+    return True
+
+
+cdef int shm_poll(eng_t *E, peer_t *p) noexcept nogil:
+    cdef int n = shm_rx(E, p)
+    if p.txq != NULL and p.lost == 0:
+        shm_flush(E, p)
+    return n
+
+
+cdef void shm_on_event(eng_t *E, peer_t *p, uint32_t events) noexcept nogil:
+    """The Unix socket beside the pair became readable: EOF = the peer died."""
+    cdef char buf[64]
+    cdef ssize_t n = recv(p.fd, buf, 64, MSG_DONTWAIT)
+    if n == 0 or (n < 0 and errno != EAGAIN and errno != EINTR):
+        shm_rx(E, p)                        # what it wrote before dying is still valid
+        peer_lost(E, p, E_PEER_LOST, b"peer process exited or was killed")
+
+
+cdef void shm_arm(peer_t *p, uint32_t value) noexcept nogil:
+    st_rel_u32(p.sleep_me, value)
+
+
+cdef bint shm_pull(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
+    """A matched RTS: copy (or combine) straight from the sender's buffer with
+    process_vm_readv and answer FIN.  False: stream it instead (CTS/DATA)."""
+    cdef int rc
+    cdef uint64_t done = 0
+    if not p.cma_ok or h.nbytes < E.cma_min:
+        return False
+    if r.hook != NULL:
+        rc = cma_combine(E, p, r, h.addr, h.nbytes, &done)
+    else:
+        rc = cma_copy(p, r.buf, h.addr, h.nbytes)
+    if rc == 0:
+        complete(E, r, E_NONE)
+        send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 0)
+        return True
+    if done:                                # part combined: cannot start over by streaming
+        fail(E, r, E_PEER_LOST, h.src)
+        send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 1)
+        return True
+    p.cma_ok = False                        # not permitted here: two copies from now on
+    return False
+
+
+cdef uint64_t shm_memory(peer_t *p) noexcept nogil:
+    return p.seg_len
+
+
+cdef void shm_release(peer_t *p) noexcept nogil:
+    if p.fd >= 0:
+        close(p.fd)
+        p.fd = -1
+    if p.peer_efd >= 0:
+        close(p.peer_efd)
+        p.peer_efd = -1
+    if p.seg != NULL:
+        munmap(p.seg, p.seg_len)
+        p.seg = NULL
+
+
+cdef chan_ops_t SHM_OPS = chan_ops_t(
+    name=b"shm", remote=True, polled_fd=False, chunked=True, post=NULL, put=shm_put_now,
+    flush=shm_flush, poll=shm_poll, on_event=shm_on_event, arm=shm_arm, pull=shm_pull,
+    beat=NULL, heard=NULL, memory=shm_memory, release=shm_release)

@@ -1,6 +1,6 @@
 # Wire format and the C structures of the engine.
 #
-# Every message, over a ring or a socket, starts with the same 56-byte
+# Every message, over a ring or a socket, starts with the same 64-byte
 # header.  A shared-memory record is the header, then the payload, padded to
 # 64 bytes; a TCP frame is the header then the payload.
 #
@@ -13,11 +13,17 @@
 #   ABORT   poison a context                reason text       ctx
 #   BYE     orderly close                   none
 #   PAD     skip to the ring's start        (ring only)
+#   CREDIT  return eager credit             none              credit
+#   BEAT    "I am alive" (TCP heartbeat)    none
+#
+# Every frame carries `credit`: bytes of eager credit its sender hands back
+# (flow control, see engine.pxi), so credit rides on traffic going the other
+# way and CREDIT is sent only when none does.
 
 cdef enum:
-    HDR_MAGIC = 0x54524D43          # "CMRT" little-endian
-    WIRE_VERSION = 1
-    HDR_SPACE = 64                  # header slot in a ring record (56 bytes used)
+    HDR_MAGIC = 0x4D43              # "CM" little-endian
+    HDR_VERSION = 2                # 2: 64-byte header with credit and meta2, CREDIT and BEAT
+    HDR_SPACE = 64                  # header slot in a ring record (the whole header)
     REC_ALIGN = 64
 
 cdef enum:
@@ -29,7 +35,9 @@ cdef enum:
     OP_ABORT = 6
     OP_BYE = 7
     OP_PAD = 8
-    OP_MAX = 8
+    OP_CREDIT = 9
+    OP_BEAT = 10
+    OP_MAX = 10
 
 # request kinds and states
 cdef enum:
@@ -52,14 +60,11 @@ cdef enum:
     E_CLOSED = 4
 
 cdef enum:
-    P_SELF = 1
-    P_SHM = 2
-    P_TCP = 3
+    MIN_CREDIT = 65536              # smallest credit a rank may grant a peer (COMMRT_UNEXPECTED_BYTES)
 
 # epoll tags: (kind << 32) | rank
 cdef enum:
-    EV_TCP = 1
-    EV_LIVE = 2
+    EV_PEER = 1         # a peer's channel fd (its socket; a shm pair's liveness socket)
     EV_DOORBELL = 3
     EV_KICK = 4
     EV_IO = 5
@@ -74,17 +79,18 @@ cdef inline bint combinable_size(int itemsize) noexcept nogil:
     chunk (a multiple of 64 bytes, see Engine.__cinit__) splits an element."""
     return 0 < itemsize <= 64 and 64 % itemsize == 0
 
-cdef struct hdr_t:
-    uint32_t magic
+cdef struct hdr_t:          # 64 bytes, little-endian, no padding (docs/transport.md)
+    uint16_t magic
     uint8_t version
     uint8_t opcode
-    uint16_t dtype
     int32_t src
     uint32_t ctx
     int32_t tag
     uint32_t seq
+    uint32_t credit     # eager credit (bytes) the sender of this frame returns to its receiver
     uint64_t nbytes
-    uint64_t meta
+    uint64_t meta       # the layer above's fingerprint, two words (collectives: sequence,
+    uint64_t meta2      # kind, algorithm, count, dtype, op, root); the transport compares, never parses
     uint64_t cookie
     uint64_t addr
 
@@ -99,7 +105,7 @@ cdef struct req_t:
     uint64_t nbytes     # bytes of the message
     uint64_t moved      # bytes delivered so far (streamed DATA)
     uint64_t meta
-    uint16_t dtype
+    uint64_t meta2
     uint64_t id
     int st_src
     int st_tag
@@ -119,6 +125,46 @@ cdef struct req_t:
     combine_fn hook
     uint32_t itemsize
     uint64_t want_meta
+    uint64_t want_meta2
+
+cdef struct eng_t
+cdef struct peer_t
+
+# Channel operations: everything the engine asks of a peer's channel, one
+# table per kind of channel (self, shm.pxi, tcp.pxi).  The engine never
+# branches on the kind: it calls p.ops.  A new transport is one .pxi file
+# that defines these functions and its chan_ops_t, included in _core.pyx,
+# plus the Engine.add_*_peer method that adopts its channels (the
+# registration).  NULL entries: the channel has no such step.
+ctypedef void (*chan_flush_fn)(eng_t *E, peer_t *p) noexcept nogil
+ctypedef bint (*chan_put_fn)(eng_t *E, peer_t *p, hdr_t *h, const char *payload,
+                             uint64_t plen) noexcept nogil
+ctypedef int (*chan_poll_fn)(eng_t *E, peer_t *p) noexcept nogil
+ctypedef void (*chan_event_fn)(eng_t *E, peer_t *p, uint32_t events) noexcept nogil
+ctypedef void (*chan_arm_fn)(peer_t *p, uint32_t value) noexcept nogil
+ctypedef bint (*chan_pull_fn)(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil
+ctypedef void (*chan_post_fn)(eng_t *E, req_t *s) noexcept nogil
+ctypedef void (*chan_beat_fn)(eng_t *E, peer_t *p) noexcept nogil
+ctypedef uint64_t (*chan_heard_fn)(peer_t *p) noexcept nogil
+ctypedef uint64_t (*chan_mem_fn)(peer_t *p) noexcept nogil
+ctypedef void (*chan_release_fn)(peer_t *p) noexcept nogil
+
+cdef struct chan_ops_t:
+    const char *name        # what Engine.peer_kind() says
+    bint remote             # another process: says BYE, can be lost, beats
+    bint polled_fd          # its data arrives on its fd: waiters poll the fd set every pass
+    bint chunked            # DATA of a large message goes in ring-sized chunks
+    chan_post_fn post       # takes a whole send itself (self: straight to the own queues)
+    chan_put_fn put         # write one frame now if it fits (NULL: always queue and flush)
+    chan_flush_fn flush     # hand queued frames to the channel, as many as fit
+    chan_poll_fn poll       # consume what arrived, without an fd event (NULL: fd-driven)
+    chan_event_fn on_event  # its fd (EV_PEER) is ready
+    chan_arm_fn arm         # about to sleep (1) / awake (0): ask the peer to wake us
+    chan_pull_fn pull       # a matched RTS: fetch the data itself; False: stream (CTS)
+    chan_beat_fn beat       # tell the peer we are alive (heartbeat)
+    chan_heard_fn heard     # a count that moves while the peer is alive
+    chan_mem_fn memory      # bytes it holds
+    chan_release_fn release # free its resources (the peer is already lost)
 
 cdef struct umsg_t:     # an unexpected message: eager payload, or an RTS
     hdr_t h
@@ -141,7 +187,7 @@ cdef struct frame_t:    # something queued for a peer's channel
 
 cdef struct peer_t:
     int rank
-    int kind
+    chan_ops_t *ops     # NULL until a channel is adopted
     int lost            # 0 alive, E_PEER_LOST, E_CLOSED
     char reason[160]
     int fd              # TCP socket, or the Unix socket that tells a shm peer's death
@@ -185,6 +231,8 @@ cdef struct peer_t:
     req_t *rxact_head   # receives waiting for DATA
     uint32_t tx_seq
     uint32_t rx_seq
+    # --- flow control (engine.pxi): eager credit, in bytes
+    int64_t tx_credit   # what we may still send the peer eagerly
     # --- stats
     uint64_t bytes_sent
     uint64_t msgs_sent

@@ -9,7 +9,7 @@
 
 cdef enum:
     RXBUF_BYTES = 262144
-    HDR_BYTES = 56
+    HDR_BYTES = 64
 
 
 cdef void tcp_want_out(eng_t *E, peer_t *p, bint want) noexcept nogil:
@@ -17,7 +17,7 @@ cdef void tcp_want_out(eng_t *E, peer_t *p, bint want) noexcept nogil:
     cdef uint32_t mask = EPOLLIN | EPOLLRDHUP | (EPOLLOUT if want else 0)
     if p.in_epoll and mask != p.ev_mask:
         ev.events = mask
-        ev.data.u64 = (<uint64_t>EV_TCP << 32) | <uint64_t>p.rank
+        ev.data.u64 = (<uint64_t>EV_PEER << 32) | <uint64_t>p.rank
         epoll_ctl(E.iofd, EPOLL_CTL_MOD, p.fd, &ev)
         p.ev_mask = mask
 
@@ -74,7 +74,7 @@ cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
     cdef umsg_t *u
     memcpy(h, p.rxbuf + p.rx_pos, HDR_BYTES)
     p.rx_pos += HDR_BYTES
-    if h.magic != HDR_MAGIC or h.version != WIRE_VERSION or h.opcode == 0 or h.opcode > OP_MAX \
+    if h.magic != HDR_MAGIC or h.version != HDR_VERSION or h.opcode == 0 or h.opcode > OP_MAX \
             or h.opcode == OP_PAD or h.src != p.rank or h.seq != p.rx_seq:
         peer_lost(E, p, E_PEER_LOST, b"protocol error: bad frame header on TCP connection")
         return False
@@ -247,3 +247,31 @@ cdef bint tcp_rx_error(eng_t *E, peer_t *p, ssize_t n) noexcept nogil:
         return False
     peer_lost(E, p, E_PEER_LOST, b"connection reset by the peer")
     return False
+
+
+# ---------------------------------------------------------------- channel operations
+
+cdef void tcp_on_event(eng_t *E, peer_t *p, uint32_t events) noexcept nogil:
+    if events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP):
+        tcp_rx(E, p)
+    if not p.lost and (events & EPOLLOUT):
+        tcp_flush(E, p)
+
+
+cdef uint64_t tcp_memory(peer_t *p) noexcept nogil:
+    return RXBUF_BYTES
+
+
+cdef void tcp_release(peer_t *p) noexcept nogil:
+    if p.fd >= 0:
+        close(p.fd)
+        p.fd = -1
+    if p.rxbuf != NULL:
+        free(p.rxbuf)
+        p.rxbuf = NULL
+
+
+cdef chan_ops_t TCP_OPS = chan_ops_t(
+    name=b"tcp", remote=True, polled_fd=True, chunked=False, post=NULL, put=NULL,
+    flush=tcp_flush, poll=NULL, on_event=tcp_on_event, arm=NULL, pull=NULL,
+    beat=NULL, heard=NULL, memory=tcp_memory, release=tcp_release)
