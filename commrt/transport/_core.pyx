@@ -303,6 +303,8 @@ cdef class Engine:
             raise ValueError(f"rank {rank} grants {credit} bytes of credit, less than the "
                              f"{MIN_CREDIT} a channel needs")
         self.E.peers[rank].tx_credit = <int64_t>credit
+        if self.E.eager_limit + MSG_COST > credit // 4:     # an eager message must always fit
+            self.E.eager_limit = credit // 4 - MSG_COST
         return &self.E.peers[rank]
 
     def start(self, bint progress_thread=True):
@@ -511,8 +513,16 @@ cdef class Engine:
             return 0
         self._sweep()
         peer = q.r.peer
-        raise _errors().CommTimeoutError(q.op, peer if peer >= 0 else None,
-                                         q.r.tag if q.r.tag >= 0 else None, t)
+        shown = q.rank_of(peer) if q.rank_of is not None and peer >= 0 else peer
+        detail = ""
+        if q.r.kind == K_SEND and q.r.held:
+            detail = (f"rank {self.rank}'s message to rank {shown} is held for flow-control "
+                      f"credit: rank {shown} already holds its share of unmatched messages from "
+                      f"rank {self.rank} (COMMRT_UNEXPECTED_BYTES) and has not posted the "
+                      f"matching receives; if both ranks send before they receive, use "
+                      f"sendrecv or non-blocking sends")
+        raise _errors().CommTimeoutError(q.op, shown if peer >= 0 else None,
+                                         q.r.tag if q.r.tag >= 0 else None, t, detail)
 
     cdef int _block_until(self, Request q, int64_t deadline, bint spin) except -1:
         """Wait for q until deadline (ns); 1 if it finished, 0 if the time ran out."""
@@ -652,12 +662,26 @@ cdef class Engine:
         return out
 
     def memory_info(self):
-        """Bytes the transport holds: per peer and for unexpected messages."""
+        """Bytes the transport holds: per peer and for unexpected messages, and
+        how many sends wait for flow-control credit."""
+        cdef peer_t *p
         per_peer = {}
         for i in range(self.size):
             p = &self.E.peers[i]
             per_peer[i] = p.ops.memory(p) if p.ops != NULL else 0
+        cdef int held = 0
+        cdef frame_t *f
+        cdef eng_t *E = self.E
+        with nogil:
+            pthread_mutex_lock(&E.lock)
+            for i in range(E.size):
+                f = E.peers[i].held
+                while f != NULL:
+                    held += 1
+                    f = f.next
+            pthread_mutex_unlock(&E.lock)
         return {"per_peer": per_peer, "unexpected_bytes": self.E.unexp_bytes,
+                "sends_held_for_credit": held,
                 "unexpected_messages": self.E.unexp_count, "live_requests": len(self.live)}
 
     @property

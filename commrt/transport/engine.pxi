@@ -144,6 +144,111 @@ cdef void send_ctrl(eng_t *E, peer_t *p, int opcode, uint32_t ctx, uint64_t cook
     flush(E, p)
 
 
+# ---------------------------------------------------------------- flow control
+#
+# Credit-based, per peer and direction, in bytes.  A rank grants each peer
+# E.credit_bytes (COMMRT_UNEXPECTED_BYTES; told at connect time): the most
+# the peer's messages may hold here before a receive matches them.  Every
+# EAGER costs its payload plus MSG_COST, every RTS MSG_COST (its bookkeeping
+# as an unexpected message).  The sender spends credit as it hands a message
+# to the channel; one that does not fit waits in p.held, in send order (later
+# messages queue behind it, so matching order holds; control frames -- CTS,
+# DATA, FIN, CREDIT, ABORT, BYE, BEAT -- never wait).  The receiver earns the
+# credit back when a receive matches the message (on arrival or later) and
+# returns it in the `credit` field of the next frame it writes to that peer,
+# whatever its opcode; with nothing to write and a quarter of the grant owed,
+# it writes a CREDIT frame.  So a sender waits only while the receiver holds
+# about its whole grant of unmatched messages, and the receiver's memory for
+# them is bounded by the grant.  A peer that overspends is a protocol error.
+
+cdef inline int64_t msg_cost(hdr_t *h) noexcept nogil:
+    return <int64_t>MSG_COST + (<int64_t>h.nbytes if h.opcode == OP_EAGER else 0)
+
+
+cdef inline void stamp_credit(peer_t *p, hdr_t *h) noexcept nogil:
+    """Put what we owe the peer into a frame about to be written (not yet committed)."""
+    cdef uint64_t most = 0xFFFFFFFF
+    h.credit = <uint32_t>(p.owed if p.owed < most else most)
+
+
+cdef inline void credit_sent(peer_t *p, hdr_t *h) noexcept nogil:
+    """The frame stamped with h.credit is on its way: that credit is handed back."""
+    p.owed -= h.credit
+    p.rx_used -= h.credit
+    p.credit_queued = False
+
+
+cdef bint hold(eng_t *E, peer_t *p, hdr_t *h, char *payload, uint64_t plen,
+               req_t *done_req, req_t *owner) noexcept nogil:
+    """Queue a message frame until the peer grants credit for it."""
+    cdef frame_t *f = <frame_t *>calloc(1, sizeof(frame_t))
+    if f == NULL:
+        return False
+    memcpy(&f.h, h, sizeof(hdr_t))
+    f.payload = payload
+    f.len = plen
+    f.req = done_req
+    f.owner = owner
+    owner.held = True
+    if p.held_tail != NULL:
+        p.held_tail.next = f
+    else:
+        p.held = f
+    p.held_tail = f
+    return True
+
+
+cdef void release_held(eng_t *E, peer_t *p) noexcept nogil:
+    """Move held frames the credit now covers to the channel queue, in order."""
+    cdef frame_t *f
+    cdef int64_t c
+    while p.held != NULL:
+        f = p.held
+        c = msg_cost(&f.h)
+        if p.tx_credit < c:
+            break
+        p.tx_credit -= c
+        p.held = f.next
+        if p.held == NULL:
+            p.held_tail = NULL
+        f.next = NULL
+        f.owner.held = False
+        f.owner = NULL
+        if p.txq_tail != NULL:
+            p.txq_tail.next = f
+        else:
+            p.txq = f
+        p.txq_tail = f
+
+
+cdef inline void take_credit(eng_t *E, peer_t *p, uint32_t credit) noexcept nogil:
+    """A frame from the peer handed credit back."""
+    p.tx_credit += credit
+    if p.held != NULL:
+        release_held(E, p)
+        flush(E, p)
+
+
+cdef inline bint charge(eng_t *E, peer_t *p, hdr_t *h) noexcept nogil:
+    """An EAGER or RTS arrived: the peer spent credit on it.  False: it overspent."""
+    p.rx_used += msg_cost(h)
+    if p.rx_used > <int64_t>E.credit_bytes:
+        peer_lost(E, p, E_PEER_LOST, b"protocol error: the peer sent more unexpected-message "
+                                     b"bytes than the credit it was granted")
+        return False
+    return True
+
+
+cdef inline void credit_back(eng_t *E, peer_t *p, hdr_t *h) noexcept nogil:
+    """A receive matched the peer's message: its credit is owed back."""
+    if not p.ops.remote or p.lost:
+        return
+    p.owed += <uint64_t>msg_cost(h)
+    if p.owed >= E.credit_bytes // 4 and not p.credit_queued:
+        p.credit_queued = True
+        send_ctrl(E, p, OP_CREDIT, 0, 0, 0, 0)
+
+
 # ---------------------------------------------------------------- receiving
 
 cdef void start_rendezvous(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
@@ -176,8 +281,11 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
     cdef int op = h.opcode
     if op == OP_EAGER:
         count_recv(p, h)
+        if not charge(E, p, h):
+            return
         r = match_posted(E, h.ctx, h.src, h.tag)
         if r != NULL:
+            credit_back(E, p, h)
             deliver(E, r, h, payload)
         else:
             u = new_umsg(E, h, h.src, True)
@@ -189,8 +297,11 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
             unexp_append(E, u)
     elif op == OP_RTS:
         count_recv(p, h)
+        if not charge(E, p, h):
+            return
         r = match_posted(E, h.ctx, h.src, h.tag)
         if r != NULL:
+            credit_back(E, p, h)
             start_rendezvous(E, p, r, h)
         else:
             u = new_umsg(E, h, h.src, False)
@@ -293,6 +404,7 @@ cdef chan_ops_t SELF_OPS = chan_ops_t(
 cdef void post_send(eng_t *E, req_t *r) noexcept nogil:
     cdef peer_t *p = &E.peers[r.peer]
     cdef hdr_t h
+    cdef int64_t c
     E.outstanding += 1
     r.state = S_PENDING
     r.id = E.next_id
@@ -308,6 +420,12 @@ cdef void post_send(eng_t *E, req_t *r) noexcept nogil:
         h.nbytes = r.nbytes
         h.meta = r.meta
         h.meta2 = r.meta2
+        c = msg_cost(&h)
+        if p.held != NULL or p.tx_credit < c:       # out of credit: wait for the receiver
+            if not hold(E, p, &h, r.buf, r.nbytes, r, r):
+                fail(E, r, E_PEER_LOST, p.rank)
+            return
+        p.tx_credit -= c
         if p.txq == NULL and p.ops.put != NULL and p.ops.put(E, p, &h, r.buf, r.nbytes):
             count_sent(p, &h, r.nbytes)
             complete(E, r, E_NONE)
@@ -323,6 +441,13 @@ cdef void post_send(eng_t *E, req_t *r) noexcept nogil:
         h.cookie = r.id
         h.addr = <uint64_t><size_t>r.buf
         dlist_push(&p.await_head, r)
+        c = msg_cost(&h)
+        if p.held != NULL or p.tx_credit < c:
+            if not hold(E, p, &h, NULL, 0, NULL, r):
+                dlist_remove(&p.await_head, r)
+                fail(E, r, E_PEER_LOST, p.rank)
+            return
+        p.tx_credit -= c
         if not enqueue(E, p, &h, NULL, 0, NULL, False, False):
             dlist_remove(&p.await_head, r)
             fail(E, r, E_PEER_LOST, p.rank)
@@ -342,11 +467,12 @@ cdef void post_recv(eng_t *E, req_t *r) noexcept nogil:
         return
     u = match_unexpected(E, r)
     if u != NULL:
+        p = &E.peers[u.src]
+        credit_back(E, p, &u.h)
         if u.partial:                       # TCP payload still arriving
             u.waiter = r
             r.state = S_ACTIVE
             return
-        p = &E.peers[u.src]
         if u.h.opcode == OP_EAGER:
             deliver(E, r, &u.h, u.data)
         else:
@@ -393,6 +519,14 @@ cdef void peer_lost(eng_t *E, peer_t *p, int err, const char *reason) noexcept n
             free(f.payload)
         free(f)
     p.txq_tail = NULL
+    while p.held != NULL:
+        f = p.held
+        p.held = f.next
+        f.owner.held = False
+        if f.req != NULL:
+            fail(E, f.req, err, p.rank)
+        free(f)
+    p.held_tail = NULL
     fail_list(E, &p.await_head, err, p.rank)
     fail_list(E, &p.rxact_head, err, p.rank)
     if p.rx_req != NULL:

@@ -108,6 +108,8 @@ cdef bint shm_put(eng_t *E, peer_t *p, hdr_t *h, const char *payload, uint64_t p
         off = 0
     h.seq = p.tx_seq
     p.tx_seq += 1
+    stamp_credit(p, h)
+    credit_sent(p, h)
     memcpy(p.tx_data + off, h, sizeof(hdr_t))
     if plen:
         memcpy(p.tx_data + off + HDR_SPACE, payload, plen)
@@ -223,6 +225,8 @@ cdef int shm_rx(eng_t *E, peer_t *p) noexcept nogil:
                 return n
             p.rx_seq += 1
             p.hdr_recv += sizeof(hdr_t)
+            if h.credit:
+                take_credit(E, p, h.credit)
             on_message(E, p, h, p.rx_data + off + HDR_SPACE)
         head += rec_len(payload_len(h)) if h.opcode != OP_PAD else HDR_SPACE + h.nbytes
         st_rel_u64(p.rx_head, head)

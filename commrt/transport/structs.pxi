@@ -61,6 +61,8 @@ cdef enum:
 
 cdef enum:
     MIN_CREDIT = 65536              # smallest credit a rank may grant a peer (COMMRT_UNEXPECTED_BYTES)
+    MSG_COST = 256                  # credit an EAGER or RTS costs beyond its payload: what an
+                                    # unexpected message's bookkeeping takes (umsg_t, malloc)
 
 # epoll tags: (kind << 32) | rank
 cdef enum:
@@ -117,6 +119,7 @@ cdef struct req_t:
     req_t *done_next    # completion list (swept by Python)
     void *pyobj         # the Request object that owns this struct
     bint user_visible   # completion should wake the progress thread's waiters
+    bint held           # a send whose EAGER/RTS frame waits for credit (peer_t.held)
     bint persistent     # owned by an ExchangeChain: not put on the completion list
     # reduce-receive (recv only): the payload is combined into buf by hook, in
     # pieces of whole elements, instead of copied -- and only when it is the
@@ -183,6 +186,7 @@ cdef struct frame_t:    # something queued for a peer's channel
     req_t *req          # completed when the frame is fully handed over (sends)
     bint owns_payload
     bint chunked        # shm DATA: cut into ring-sized chunks
+    req_t *owner        # held for credit: the send it carries (EAGER or RTS)
     frame_t *next
 
 cdef struct peer_t:
@@ -232,7 +236,12 @@ cdef struct peer_t:
     uint32_t tx_seq
     uint32_t rx_seq
     # --- flow control (engine.pxi): eager credit, in bytes
-    int64_t tx_credit   # what we may still send the peer eagerly
+    int64_t tx_credit   # what we may still send the peer (each EAGER/RTS costs msg_cost())
+    frame_t *held       # EAGER/RTS frames waiting for credit, in send order
+    frame_t *held_tail
+    uint64_t owed       # credit of the peer's messages we matched, not yet handed back
+    int64_t rx_used     # credit the peer spent on us and has not had back (checked)
+    bint credit_queued  # a CREDIT frame waits in txq
     # --- stats
     uint64_t bytes_sent
     uint64_t msgs_sent

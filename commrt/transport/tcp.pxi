@@ -34,6 +34,7 @@ cdef void tcp_flush(eng_t *E, peer_t *p) noexcept nogil:
         cnt = 0
         if f.off == 0:                  # stamped now, committed once bytes of it are out
             f.h.seq = p.tx_seq
+            stamp_credit(p, &f.h)
         if f.off < HDR_BYTES:
             iov[cnt].iov_base = (<char *>&f.h) + f.off
             iov[cnt].iov_len = HDR_BYTES - f.off
@@ -58,6 +59,7 @@ cdef void tcp_flush(eng_t *E, peer_t *p) noexcept nogil:
             break
         if f.off == 0:
             p.tx_seq += 1
+            credit_sent(p, &f.h)
         f.off += <uint64_t>n
         if f.off < total:
             continue
@@ -80,6 +82,10 @@ cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
         return False
     p.rx_seq += 1
     p.hdr_recv += HDR_BYTES
+    if h.credit:
+        take_credit(E, p, h.credit)
+        if p.lost:
+            return False
     p.rx_dst = NULL
     p.rx_req = NULL
     p.rx_umsg = NULL
@@ -87,8 +93,11 @@ cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
     p.rx_left = payload_len(h)
     if h.opcode == OP_EAGER:
         count_recv(p, h)
+        if not charge(E, p, h):
+            return False
         r = match_posted(E, h.ctx, h.src, h.tag)
         if r != NULL:
+            credit_back(E, p, h)
             set_status(r, h)
             if r.hook != NULL:
                 if combine_ok(r, h):
