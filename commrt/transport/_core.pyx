@@ -245,9 +245,10 @@ cdef class Engine:
         eager credit it grants; COMMRT_UNEXPECTED_BYTES)."""
         return self.E.credit_bytes
 
-    def add_tcp_peer(self, int rank, int fd, uint64_t credit):
+    def add_tcp_peer(self, int rank, int fd, credit=None):
         """Adopt a connected, authenticated, non-blocking TCP socket (fd is owned from
-        now on); credit: the bytes of unexpected messages the peer holds for us."""
+        now on); credit: the bytes of unexpected messages the peer holds for us (its
+        grant, told at connect time; None: the same as ours)."""
         cdef epoll_event ev
         cdef peer_t *p = self._peer_for_setup(rank, credit)
         p.ops = &TCP_OPS
@@ -264,7 +265,7 @@ cdef class Engine:
         _count_channel(self.E, p)
 
     def add_shm_peer(self, int rank, int memfd, uint64_t ring_bytes, int side, int peer_efd,
-                     int live_fd, int pid, bint cma, uint64_t credit):
+                     int live_fd, int pid, bint cma, credit=None):
         """Adopt a shared-memory pair: the memfd segment, the peer's doorbell
         eventfd, and the Unix socket whose EOF tells that the peer died;
         credit as for add_tcp_peer."""
@@ -294,7 +295,8 @@ cdef class Engine:
         if self.E.eager_limit > ring_bytes // 4 - HDR_SPACE:
             self.E.eager_limit = ring_bytes // 4 - HDR_SPACE
 
-    cdef peer_t *_peer_for_setup(self, int rank, uint64_t credit) except NULL:
+    cdef peer_t *_peer_for_setup(self, int rank, object grant) except NULL:
+        cdef uint64_t credit = self.E.credit_bytes if grant is None else grant
         if rank < 0 or rank >= self.size or rank == self.rank:
             raise ValueError(f"peer rank {rank} invalid (world size {self.size}, own rank {self.rank})")
         if self.E.peers[rank].ops != NULL:

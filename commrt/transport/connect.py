@@ -158,6 +158,7 @@ class _Acceptor(threading.Thread):
         self.rank, self.expected, self.deadline = rank, dict(expected), deadline
         self.lock = threading.Lock()
         self.claimed = set()                # hellos accepted, channel being set up
+        self.refused = {}                   # rank -> ProtocolError of a hello in another version
         self.done = threading.Event()
         self.error = None
         self.stopping = False
@@ -212,11 +213,14 @@ class _Acceptor(threading.Thread):
                 del self.expected[peer]
                 if not self.expected:
                     self.done.set()
-        except ProtocolError as exc:                 # one of the job's ranks: fatal
+        except ProtocolError as exc:
+            # Said loudly, and what join() raises if that rank never joins; not fatal
+            # at once: a hello is not trusted until it is whole, and the real rank
+            # (whose own side fails at once, naming both versions) may still come.
             log.error("commrt rank %d: %s", self.rank, exc)
-            self.error = exc
+            with self.lock:
+                self.refused.setdefault(exc.peer, exc)
             conn.close()
-            self.done.set()
         except (AuthError, OSError, struct.error, ValueError) as exc:
             who = f"rank {peer}" if peer is not None else "a connection"
             log.warning("commrt rank %d: refused %s: %s", self.rank, who, exc)
@@ -232,6 +236,9 @@ class _Acceptor(threading.Thread):
                 self.stop()
                 with self.lock:
                     missing = sorted(self.expected)
+                    refused = [self.refused[r] for r in missing if r in self.refused]
+                if refused:
+                    raise refused[0]
                 raise BootstrapError(f"rank {self.rank}: ranks {missing} never connected")
         self.stop()
         if self.error is not None:
@@ -297,9 +304,11 @@ def _connect_once(engine, secret, rank, peer, kind, addr, deadline):
 
 
 def _version_error(rank, peer, theirs):
-    return ProtocolError(
+    exc = ProtocolError(
         f"rank {rank}: rank {peer} speaks commrt wire version {theirs}, this rank speaks "
         f"wire version {_core.WIRE_VERSION}; every rank of a job must run the same commrt")
+    exc.peer = peer
+    return exc
 
 
 def _read_hello(conn, rank):

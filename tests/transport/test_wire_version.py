@@ -38,7 +38,7 @@ def _world_with_versions(versions, transport):
             env = {"COMMRT_RANK": str(rank), "COMMRT_WORLD_SIZE": str(len(versions)),
                    "COMMRT_LOCAL_RANK": str(rank), "COMMRT_LOCAL_WORLD_SIZE": str(len(versions)),
                    "COMMRT_STORE_ADDR": f"{host}:{port}", "COMMRT_SECRET": secret.hex(),
-                   "COMMRT_TRANSPORT": transport, "COMMRT_TIMEOUT": "20"}
+                   "COMMRT_TRANSPORT": transport, "COMMRT_TIMEOUT": "8"}
             p = ctx.Process(target=_rank_main, args=(rank, env, version, out), daemon=True)
             p.start()
             procs.append(p)
