@@ -31,6 +31,7 @@ the coordinator: every pending and later operation raises
 HorovodInternalError, and the communicators are aborted so that the other
 ranks stop too.
 """
+import sys
 import threading
 import time
 
@@ -118,6 +119,7 @@ class Coordinator:
         neg = world.split(0)
         data = world.split(0)
         self.sets[0] = SetState(0, range(self.size), self.rank, neg, data)
+        _shorten_switch_interval()
         self.thread = threading.Thread(target=self._main, name="horovod-coordinator",
                                        daemon=True)
         self.thread.start()
@@ -419,6 +421,15 @@ class Coordinator:
         if self.timeline is not None:
             for name, _, _ in group:
                 self.timeline.activity(name, activity)
+
+
+def _shorten_switch_interval():
+    """The coordinator needs the GIL between messages while the caller runs Python
+    (backward's hooks); Python hands it over only every switch interval, 5 ms by
+    default: lower it to COMMRT_SWITCH_INTERVAL_US, as async collectives do."""
+    us = config.get("COMMRT_SWITCH_INTERVAL_US")
+    if us > 0 and sys.getswitchinterval() > us * 1e-6:
+        sys.setswitchinterval(us * 1e-6)
 
 
 def _abort(comm, reason):
