@@ -39,7 +39,6 @@ import numpy as np
 
 from commrt import config
 from commrt.collectives.ops import MAX, MIN, PROD, SUM
-from commrt.errors import CommError
 from commrt.horovod.errors import HorovodInternalError, HorovodMismatchError
 
 # Horovod's reduction codes (horovod.common.basics): Average 0, Sum 1, Adasum 2, Min 3, Max 4, Product 5
@@ -438,7 +437,7 @@ def _abort(comm, reason):
     abort = getattr(comm, "abort", None) or comm._abort
     try:
         abort(reason)
-    except CommError:
+    except Exception:        # best effort: a closed or already failed communicator
         pass
 
 

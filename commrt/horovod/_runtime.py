@@ -11,7 +11,6 @@ import threading
 from commrt import config
 from commrt.horovod._coordinator import Coordinator
 from commrt.horovod._timeline import Timeline
-from commrt.horovod.errors import HorovodInternalError
 from commrt.horovod.process_sets import ProcessSet, global_process_set
 
 _lock = threading.RLock()
@@ -172,9 +171,3 @@ def stop_timeline():
     rt.coordinator.timeline = None
     if tl is not None:
         tl.close()
-
-
-def check_broken():
-    rt = current()
-    if rt.coordinator.broken is not None:
-        raise HorovodInternalError(str(rt.coordinator.broken))

@@ -60,7 +60,6 @@ class _GlobalProcessSet(ProcessSet):
 
     def __init__(self):
         self.process_set_id = 0
-        self._fixed = None
 
     @property
     def ranks(self):
@@ -68,10 +67,6 @@ class _GlobalProcessSet(ProcessSet):
 
         rt = _runtime.current_or_none()
         return list(range(rt.size)) if rt is not None else []
-
-    @ranks.setter
-    def ranks(self, value):
-        pass
 
 
 global_process_set = _GlobalProcessSet()

@@ -8,12 +8,10 @@ forms (``allreduce``, ``allgather``, ``broadcast``, ``alltoall``,
 Horovod's backward passes.  Operations without a name get
 ``<op>.noname.<n>``, so ranks that call in the same order agree.
 """
-import numpy as np
 import torch
 
 from commrt.horovod import _coordinator as co
 from commrt.horovod import _runtime
-from commrt.horovod.errors import HorovodInternalError
 from commrt.horovod.process_sets import ProcessSet, global_process_set
 from commrt.horovod.torch import _adapter
 from commrt.horovod.torch.compression import Compression
@@ -553,5 +551,4 @@ def barrier(process_set=global_process_set):
     rt.coordinator.wait(op)
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("np", "torch", "co")]
-_ = (np, HorovodInternalError)
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("torch", "co")]

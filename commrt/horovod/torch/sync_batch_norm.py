@@ -26,13 +26,11 @@ class SyncBatchNorm(_BatchNorm):
 
     def forward(self, input):
         self._check_input_dim(input)
-        if not (self.training and self.track_running_stats) and self.running_mean is not None \
-                and not self.training:
-            return super().forward(input)
+        if not self.training:
+            return super().forward(input)            # eval: the running statistics
         if self.training and self.track_running_stats:
             self.num_batches_tracked += 1
         c = input.shape[1]
-        dims = [0] + list(range(2, input.dim()))
         x = input.transpose(0, 1).reshape(c, -1)
         count = torch.full((1,), x.shape[1], dtype=x.dtype)
         stats = torch.cat([count, x.sum(1), (x * x).sum(1)])
@@ -50,5 +48,4 @@ class SyncBatchNorm(_BatchNorm):
         y = (input - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
         if self.affine:
             y = y * self.weight.view(shape) + self.bias.view(shape)
-        del dims
         return y
