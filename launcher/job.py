@@ -161,6 +161,7 @@ class Job:
         wildcard = bind in ("0.0.0.0", "::", "")
         self.local_store = f"{'127.0.0.1' if wildcard else _bracket(bind)}:{port}"
         self.remote_store = f"{_bracket(socket.getfqdn()) if wildcard else _bracket(bind)}:{port}"
+        self.master_port = _free_port("127.0.0.1" if all_local else "0.0.0.0")
         self.tmpdir = tempfile.mkdtemp(prefix="commrt-launch-")
         self.secret_file = os.path.join(self.tmpdir, "secret")
         auth.write_secret_file(self.secret_file, self.secret)
@@ -209,6 +210,21 @@ class Job:
                 os.set_blocking(pipe.fileno(), False)
                 self.pipes[pipe.fileno()] = (r, stream, pipe)
 
+    def _master_env(self, r):
+        """MASTER_ADDR/MASTER_PORT as torchrun sets them (rank 0's host and a port that
+        was free there), so env:// init works for any torch backend; the user's own
+        win.  commrt's backend itself bootstraps over commrt's store instead."""
+        if "MASTER_ADDR" in os.environ or "MASTER_PORT" in os.environ:
+            return {}
+        zero = next(q for q in self.ranks if q.rank == 0)
+        if zero.remote:
+            addr = zero.placement.host
+        elif r.remote:
+            addr = socket.getfqdn()
+        else:
+            addr = "127.0.0.1"
+        return {"MASTER_ADDR": addr, "MASTER_PORT": str(self.master_port)}
+
     def _rank_env(self, r):
         p = r.placement
         env = {
@@ -223,6 +239,7 @@ class Job:
             "TORCHELASTIC_MAX_RESTARTS": str(self.spec.max_restarts),
         }
         env.update(horovod_env(p, self.spec.nprocs))
+        env.update(self._master_env(r))
         if not r.remote:
             env["COMMRT_SECRET_FILE"] = self.secret_file
         if self.spec.timeline:
@@ -573,3 +590,10 @@ def _close_quietly(f):
 def _note(text):
     sys.stderr.write(f"commrt-launch: {text}\n")
     sys.stderr.flush()
+
+
+def _free_port(host):
+    """A TCP port free on this host just now (for torch's own store on rank 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

@@ -31,6 +31,7 @@ Meta layout (bit offsets): seq 0-15, kind 16-20, algorithm 21-24, dtype
 25-29, op 30-33, root 34-45, count 46-63 (low bits of each).
 """
 import collections
+import logging
 import queue
 import re
 import sys
@@ -43,6 +44,8 @@ from commrt import config
 from commrt.errors import (CollectiveMismatchError, CommError, CommTimeoutError,
                            MessageTruncatedError, PeerLostError)
 from commrt.kernels.bfloat16 import BFLOAT16
+
+log = logging.getLogger("commrt")
 
 TAG = 7
 PROBE_TAG = 8
@@ -146,9 +149,23 @@ class CommState:
         self._queue.put((req, fn))
         return req
 
+    def stop_worker(self, timeout=5.0):
+        """End the async worker once what is queued has run (a closing communicator:
+        its thread must not outlive it).  A later async call starts a new one."""
+        with self.lock:
+            worker, self._worker = self._worker, None
+            if worker is not None:
+                self._queue.put(None)
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout)
+
     def _work(self):
+        q = self._queue
         while True:
-            req, fn = self._queue.get()
+            item = q.get()
+            if item is None:
+                return
+            req, fn = item
             req.call.worker = True
             try:
                 req._result = fn()
@@ -157,7 +174,13 @@ class CommState:
             finally:
                 with self.lock:
                     self.pending -= 1
+                    callbacks, req._callbacks = req._callbacks, None
                 req._event.set()
+                for fn in callbacks:
+                    try:
+                        fn(req)
+                    except BaseException:  # noqa: BLE001 - a callback's error is its own
+                        log.exception("commrt: a collective's done-callback raised")
 
 
 def _shorten_switch_interval():
@@ -193,6 +216,26 @@ class CollRequest:
         self._event = threading.Event()
         self._result = None
         self._error = None
+        self._callbacks = []                 # None once finished
+
+    def add_done_callback(self, fn):
+        """Call fn(self) once it has finished (result or error), on the thread that
+        finishes it: the communicator's worker, or this one if it already has.
+        fn must not block on collectives of this communicator."""
+        with self.call.state.lock:
+            if self._callbacks is not None:
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    @property
+    def error(self):
+        """The error it finished with, or None."""
+        return self._error
+
+    @property
+    def result(self):
+        return self._result
 
     def test(self):
         return self._event.is_set()

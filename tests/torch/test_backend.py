@@ -1,0 +1,147 @@
+"""The torch.distributed backend "commrt": every operation against gloo (or the
+reference where gloo has none), asynchrony and Futures, sub-groups, DDP with the
+same parameters as on gloo, errors that raise on every rank, and no leaks."""
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+import backend_ranks as R  # noqa: E402
+from spawn import RankError, run  # noqa: E402
+
+
+def same(a, b, where=""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            same(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=0, err_msg=where)
+    else:
+        assert a == b, where
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_op_matches_gloo(n):
+    ours = run(R.every_op, n, "commrt", timeout=300)
+    gloo = run(R.every_op, n, "gloo", timeout=300)
+    same(ours, gloo)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_point_to_point(n):
+    res = run(R.point_to_point, n, "commrt")
+    assert [s for s, _ in res[0]["any_source"]] == list(range(1, n))
+    for s, t in res[0]["any_source"]:
+        assert (t == s).all()
+    assert list(res[0]["tagged"]) == [7.0, 8.0]
+    for rank, r in enumerate(res):
+        assert (r["batch"] == (rank - 1) % n).all()
+
+
+def test_async_futures_keep_order():
+    for rank, (doubled, vals, s, done) in enumerate(run(R.async_and_futures, 2, "commrt")):
+        assert doubled == 6.0 and vals == [2.0 * i for i in range(20)] and s == 1.0 and done
+
+
+def test_avg_and_premul_sum():
+    n = 3
+    for avg, premul in run(R.averages, n, "commrt"):
+        np.testing.assert_allclose(avg, np.arange(6.) * 2)        # (1+2+3)/3
+        np.testing.assert_allclose(premul, np.arange(6.) * 3)     # 0.5 * (1+2+3)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_subgroups_are_built_by_members_alone(n):
+    res = run(R.subgroups, n, "commrt")
+    evens = [q for q in range(n) if q % 2 == 0]
+    for rank, r in enumerate(res):
+        assert r["world"][0] == n
+        if rank % 2 == 0:
+            assert r["even"][0] == sum(evens) and r["even_rank"] == evens.index(rank)
+        if n % 2 == 0:
+            assert r["pairs"][0] == 2
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("n,model", [(2, "mlp"), (2, "cnn"), (3, "mlp"), (4, "mlp")])
+def test_ddp_reaches_gloos_parameters(n, model):
+    ours = run(R.ddp_train, n, "commrt", 3, model, timeout=300)
+    gloo = run(R.ddp_train, n, "gloo", 3, model, timeout=300)
+    for rank in range(n):
+        for p, q in zip(ours[rank], gloo[rank]):
+            np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+        for p, q in zip(ours[rank], ours[0]):
+            np.testing.assert_array_equal(p, q)
+
+
+@pytest.mark.timeout(300)
+def test_ddp_communication_hooks():
+    res = run(R.ddp_hooks, 2, "commrt")
+    for a, b in zip(res[0], res[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_mismatch_raises_on_every_rank():
+    res = run(R.mismatch, 2, "commrt", timeout=60)
+    for r in res:
+        assert r is not None and r[0] == "DistBackendError" and r[1] == "CollectiveMismatchError"
+
+
+def test_dead_peer_raises_on_every_survivor_within_2s():
+    with pytest.raises(RankError, match="rank 2 died"):
+        run(R.dead_peer, 3, "commrt", timeout=60)
+
+
+def test_dead_peer_survivors_report():
+    """The survivors' own reports (the parent stops at the dead rank above)."""
+    import multiprocessing as mp
+
+    import spawn
+
+    q = mp.get_context("spawn").Queue()
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    os.unlink(path)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=spawn._child, args=(R.dead_peer, r, 3, "commrt",
+                                                     f"file://{path}", 60, (), q, {}))
+             for r in range(3)]
+    for p in procs:
+        p.start()
+    got = {}
+    try:
+        for _ in range(2):
+            rank, status, value = q.get(timeout=60)
+            got[rank] = (status, value)
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    for rank in (0, 1):
+        status, value = got[rank]
+        assert status == "ok" and value is not None, value
+        assert value[0] == "PeerLostError" and value[1] < 2.0, value
+
+
+def test_init_timeout_is_honoured():
+    res = run(R.hung_peer, 2, "commrt", timeout=60, pg_timeout=3)
+    cause, waited = res[0]
+    assert cause == "CommTimeoutError" and 2.5 < waited < 10
+
+
+@pytest.mark.timeout(300)
+def test_repeated_init_and_destroy_leak_nothing():
+    base = "file://" + tempfile.mktemp(prefix="commrt-reinit-")
+    res = run(R.repeated_init, 2, None, base, 4, timeout=120)
+    for counts in res:
+        assert counts[1:] == [counts[1]] * (len(counts) - 1), counts
