@@ -158,6 +158,17 @@ knob("COMMRT_FUZZ_CASES", 10000, int,
 knob("COMMRT_SOAK_OPS", 10000, int,
      "Collectives the fault campaign's randomized soak runs and checks against NumPy.")
 
+# -- the torch backend (commrt/torch; docs/torch.md) -------------------------
+knob("COMMRT_TORCH_AUTOLOAD", True, _bool,
+     "`import torch` registers the torch.distributed backend \"commrt\" (the `torch.backends` entry point); 0 turns that off (then `import commrt.torch` does it).")
+knob("COMMRT_TORCH_FULL", False, _bool,
+     "Tests: tests/torch/test_torch_suite.py runs torch's whole generic distributed suite, not the CI subset.")
+knob("COMMRT_TORCH_SUITE_BACKEND", "commrt", str,
+     "Tests: the backend tests/torch/test_torch_suite.py runs torch's suite against (commrt or gloo).")
+knob("COMMRT_TORCH_SUITE_WORLD", 2, int, "Tests: the world size of torch's suite in tests/torch/test_torch_suite.py.")
+knob("COMMRT_TORCH_SUITE_GATES", "gloo", str,
+     "Tests: the backend name torch's suite evaluates its backend gates (`BACKEND == \"gloo\"`) with when it runs on commrt: gloo (commrt runs every test gloo runs) or commrt (its own name: gloo-only tests skip).")
+
 
 def get(name: str):
     """The value of knob ``name``: parsed from the environment, else its default."""

@@ -8,9 +8,9 @@ gives the full error.  ``COMMRT_TORCH_AUTOLOAD=0`` turns it off.
 
 def load():
     try:
-        import os
+        from commrt import config
 
-        if os.environ.get("COMMRT_TORCH_AUTOLOAD", "1") in ("0", "false", "no"):
+        if not config.get("COMMRT_TORCH_AUTOLOAD"):
             return
         import commrt.torch  # noqa: F401  (registers the backend and the tensor adapter)
     except Exception as exc:  # noqa: BLE001 - see the module text

@@ -107,31 +107,39 @@ class _Work(Work):
 
 
 class _Completer:
-    """The thread that completes async Works' Futures, in completion order.
+    """Threads that complete async Works' Futures.
 
     Not the communicator's worker itself: a Future's callbacks run where it is
     completed, and some block on further collectives (PowerSGD's hook waits on
     an all-reduce inside its then()), which would deadlock the worker that has
-    to run them."""
+    to run them.  For the same reason a completer blocked in a callback must
+    not hold up the next completion: when none is idle another one starts (as
+    Gloo keeps several worker threads), up to MAX; they end at stop()."""
+
+    MAX = 16
 
     def __init__(self):
         self._lock = threading.Lock()
         self._queue = None
-        self._thread = None
+        self._threads = []
+        self._idle = 0
 
     def put(self, fut, value, exc):
         with self._lock:
-            if self._thread is None:
+            if self._queue is None:
                 import queue
 
                 self._queue = queue.SimpleQueue()
-                self._thread = threading.Thread(target=self._run, args=(self._queue,),
-                                                daemon=True, name="commrt-torch-futures")
-                self._thread.start()
+            if self._idle == 0 and len(self._threads) < self.MAX:
+                t = threading.Thread(target=self._run, args=(self._queue,), daemon=True,
+                                     name=f"commrt-torch-futures-{len(self._threads)}")
+                self._threads.append(t)
+                self._idle += 1
+                t.start()
+            self._idle -= 1                     # claimed by this item
             self._queue.put((fut, value, exc))
 
-    @staticmethod
-    def _run(q):
+    def _run(self, q):
         while True:
             item = q.get()
             if item is None:
@@ -144,14 +152,20 @@ class _Completer:
                     fut.set_result(value)
             except BaseException:  # noqa: BLE001 - a callback's error stays in its Future
                 pass
+            with self._lock:
+                self._idle += 1
 
     def stop(self):
         with self._lock:
-            thread, self._thread = self._thread, None
-            if thread is not None:
-                self._queue.put(None)
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(5.0)
+            threads, self._threads = self._threads, []
+            q, self._queue = self._queue, None
+            self._idle = 0
+            for _ in threads:
+                q.put(None)
+        me = threading.current_thread()
+        for t in threads:
+            if t is not me:
+                t.join(5.0)
 
 
 _COMPLETER = _Completer()
@@ -367,6 +381,8 @@ class ProcessGroupCommrt(ProcessGroup):
         t = _one(tensors, "allreduce")
         tensors = [t] if isinstance(tensors, torch.Tensor) else tensors
         op, factor = self._op(rop)
+        if t.layout is torch.sparse_coo:
+            return self._sparse_allreduce(t, op, tensors)
         if factor is not None:
             with torch.no_grad():
                 t.mul_(factor)
@@ -374,6 +390,40 @@ class ProcessGroupCommrt(ProcessGroup):
         comm = self.comm
         return self._run(lambda aop: comm.all_reduce(a, op, async_op=aop), back, tensors,
                          self._async(opts))
+
+    def _sparse_allreduce(self, t, op, tensors):
+        """SUM of sparse COO tensors (as gloo): every rank's indices and values are
+        gathered (variable sizes), summed and coalesced, and copied into t."""
+        if op is not C.ReduceOp.SUM:
+            raise ValueError(f"commrt: sparse all-reduce supports SUM only, not {op.name}")
+        comm = self.comm
+        try:
+            s = t.coalesce()
+            idx = s.indices().contiguous()
+            val = s.values().contiguous()
+            nnz = np.array([idx.shape[1]], np.int64)
+            counts = np.empty(comm.size, np.int64)
+            comm.all_gather(counts, nnz)
+            sd, dense = idx.shape[0], val.shape[1:]
+            per = int(np.prod(dense)) if len(dense) else 1
+            all_idx = torch.empty(sd * int(counts.sum()), dtype=torch.int64)
+            comm.all_gatherv(as_numpy(all_idx), as_numpy(idx), [int(c) * sd for c in counts])
+            all_val = torch.empty(per * int(counts.sum()), dtype=val.dtype)
+            comm.all_gatherv(as_numpy(all_val), as_numpy(val), [int(c) * per for c in counts])
+        except Exception as exc:  # noqa: BLE001
+            _reraise(exc)
+        parts, off = [], 0
+        for c in counts.tolist():
+            i = all_idx[off * sd:(off + c) * sd].view(sd, c)
+            v = all_val[off * per:(off + c) * per].view((c,) + tuple(dense))
+            parts.append(torch.sparse_coo_tensor(i, v, t.shape))
+            off += c
+        total = parts[0]
+        for q in parts[1:]:
+            total = total + q
+        with torch.no_grad():
+            t.copy_(total.coalesce())
+        return self._record(_done(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
         op, factor = self._op(opts.reduceOp if opts is not None else ReduceOp.SUM)
