@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup, ReduceOp, Work
+from torch.distributed import distributed_c10d as _c10d
 from torch.futures import Future
 
 import commrt.collectives as C
@@ -509,14 +510,19 @@ class ProcessGroupCommrt(ProcessGroup):
     allgather_into_tensor = all_gather_single
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        works = [self.allgather([outs], [t], _sync_opts(dist.AllgatherOptions()))
-                 for outs, t in zip(output_lists, input_list)]
-        del works
+        """output_lists[q][i] receives rank q's input_list[i]: one all-gather per tensor."""
+        n = self.comm.size
+        if len(output_lists) != n:
+            raise ValueError(f"commrt allgather_coalesced: expected {n} output lists, got "
+                             f"{len(output_lists)}")
+        for i, t in enumerate(input_list):
+            self.allgather([[output_lists[q][i] for q in range(n)]], [t],
+                           _sync_opts(_c10d.AllgatherOptions()))
         return _done(output_lists)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         for o, i in zip(outputs, inputs):
-            self.all_gather_single(o, i, _sync_opts(dist.AllgatherOptions()))
+            self.all_gather_single(o, i, _sync_opts(_c10d.AllgatherOptions()))
         return _done(outputs)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
@@ -609,7 +615,7 @@ class ProcessGroupCommrt(ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         for o, i in zip(outputs, inputs):
-            o2 = dist.ReduceScatterOptions()
+            o2 = _c10d.ReduceScatterOptions()
             o2.reduceOp = opts.reduceOp
             self.reduce_scatter_single(o, i, _sync_opts(o2))
         return _done(outputs)
@@ -675,7 +681,7 @@ class ProcessGroupCommrt(ProcessGroup):
                          self._async(opts) if not isinstance(opts, datetime.timedelta) else False)
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        self.barrier(_sync_opts(dist.BarrierOptions()))
+        self.barrier(_sync_opts(_c10d.BarrierOptions()))
 
     # -- point to point -----------------------------------------------------------------
     def send(self, tensors, dst, tag=0):

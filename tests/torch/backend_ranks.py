@@ -55,6 +55,19 @@ def every_op(rank, n):
     outs = [torch.zeros(3, 2) for _ in range(n)]
     dist.all_gather(outs, torch.full((3, 2), float(rank)))
     out["all_gather"] = _np(outs)
+    coal = [[torch.zeros(2), torch.zeros(3, 3)] for _ in range(n)]
+    dist.all_gather_coalesced(coal, [torch.full((2,), float(rank)), torch.full((3, 3), rank + .5)])
+    out["all_gather_coalesced"] = _np(coal)
+    outs2 = [torch.zeros(n * 2), torch.zeros(n * 3)]
+    red2 = [torch.zeros(2), torch.zeros(1)]
+    with dist._coalescing_manager():
+        dist.all_gather_into_tensor(outs2[0], torch.full((2,), float(rank)))
+        dist.all_gather_into_tensor(outs2[1], torch.full((3,), rank + 2.0))
+    with dist._coalescing_manager():
+        dist.reduce_scatter_tensor(red2[0], torch.arange(2. * n) + rank)
+        dist.reduce_scatter_tensor(red2[1], torch.arange(1. * n) * rank)
+    out["coalesced_all_gather_into_tensor"] = _np(outs2)
+    out["coalesced_reduce_scatter_tensor"] = _np(red2)
     big = torch.zeros(n * 4, dtype=torch.bfloat16)
     dist.all_gather_into_tensor(big, torch.full((4,), rank + 0.5, dtype=torch.bfloat16))
     out["all_gather_into_tensor"] = _np(big)
