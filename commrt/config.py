@@ -116,8 +116,12 @@ knob("COMMRT_CONV_CHUNK_BYTES", 512 << 10, _size,
      "bytes (kept in the core's L2 cache, 1 MiB on the 2-core host; see "
      "kernels/conv_chunked.py); 0: the whole batch at once (one large column matrix), as with "
      "more threads.")
-knob("COMMRT_ALLREDUCE_ALGO", "", str,
-     "Force an all-reduce algorithm (ring, ps, reduce_bcast, tree, rabenseifner, recursive_doubling, hierarchical); empty: cost model.")
+knob("COMMRT_<COLLECTIVE>_ALGO", "", str,
+     "Force the algorithm of one collective, read on every call: COMMRT_ALL_REDUCE_ALGO, "
+     "COMMRT_BROADCAST_ALGO, COMMRT_REDUCE_ALGO, COMMRT_ALL_GATHER_ALGO, ... (one per "
+     "collective; the names are listed in docs/algorithms.md, generated from "
+     "commrt/collectives/registry.py); COMMRT_ALLREDUCE_ALGO is an alias of "
+     "COMMRT_ALL_REDUCE_ALGO; empty: the cost model chooses.")
 knob("COMMRT_COST_CACHE", "~/.cache/commrt/cost.json", str,
      "File caching the measured alpha/beta/gamma per transport (empty: measure every job).",
      empty=None)
@@ -182,6 +186,35 @@ def get(name: str):
         return k.parse(raw)
     except ValueError as exc:
         raise ValueError(f"{name}={raw!r}: {exc}") from None
+
+
+# COMMRT_<COLLECTIVE>_ALGO is read on every call (tests and users set it at run
+# time), straight from os.environ's own dict: os.environ.get costs ~0.8 us, a
+# tenth of an 8-byte all-reduce.
+_ENV = getattr(os.environ, "_data", None)
+_ALGO_KEYS: Dict[str, list] = {}
+
+
+def forced_algorithm(collective: str) -> str:
+    """COMMRT_<COLLECTIVE>_ALGO for `collective` (all_reduce: also its alias
+    COMMRT_ALLREDUCE_ALGO); "" when unset."""
+    keys = _ALGO_KEYS.get(collective)
+    if keys is None:
+        names = [f"COMMRT_{collective.upper()}_ALGO"]
+        if collective == "all_reduce":
+            names.append("COMMRT_ALLREDUCE_ALGO")
+        keys = _ALGO_KEYS[collective] = ([os.environ.encodekey(k) for k in names]
+                                         if _ENV is not None else names)
+    if _ENV is None:
+        for k in keys:
+            if os.environ.get(k):
+                return os.environ[k]
+        return ""
+    for k in keys:
+        raw = _ENV.get(k)
+        if raw:
+            return os.environ.decodevalue(raw)
+    return ""
 
 
 def describe() -> str:

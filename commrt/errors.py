@@ -80,9 +80,10 @@ class CommTimeoutError(CommError, TimeoutError):
 class MessageTruncatedError(CommError, ValueError):
     """The receive buffer is smaller than the message that matched it."""
 
-    def __init__(self, message_bytes, buffer_bytes, source=None, tag=None):
+    def __init__(self, message_bytes, buffer_bytes, source=None, tag=None, meta=None):
         self.message_bytes, self.buffer_bytes = message_bytes, buffer_bytes
         self.source, self.tag = source, tag
+        self.meta = meta            # the message's header meta (a collective's fingerprint)
         super().__init__(
             f"message of {message_bytes} bytes from rank {source} (tag {tag}) does not fit "
             f"the receive buffer of {buffer_bytes} bytes"

@@ -36,27 +36,31 @@ root, None elsewhere); ``async_op=True`` returns a CollRequest whose
 thread, and ``test()`` says whether it finished.  Leave the buffers alone
 until then.  Collectives of one communicator run in call order.
 
-Algorithms: ``algorithm=None`` asks the cost model (collectives/cost.py);
-the names per collective are in ALGORITHMS.  Each algorithm's steps and
+Algorithms: ``algorithm=None`` asks the cost model (collectives/cost.py)
+unless COMMRT_<COLLECTIVE>_ALGO names one; the names per collective are in
+ALGORITHMS, built by collectives/registry.py from the modules
+``collectives/<collective>/<algorithm>.py``.  Each algorithm's steps and
 cost are in its module and in docs/algorithms.md.
 """
 import pickle
+from collections.abc import Mapping
 
 import numpy as np
 
-from commrt.collectives.algorithms import all_gather as _all_gather
-from commrt.collectives.algorithms import all_to_all as _all_to_all
-from commrt.collectives.algorithms import barrier as _barrier
-from commrt.collectives.algorithms import broadcast as _broadcast
-from commrt.collectives import cost as _cost  # noqa: I001
-from commrt.collectives.algorithms import gather as _gather
-from commrt.collectives.algorithms import reduce as _reduce
-from commrt.collectives.algorithms import reduce_scatter as _reduce_scatter
-from commrt.collectives.algorithms import variable as _variable
-from commrt.collectives import allreduce as _allreduce
-from commrt.collectives import _small
+from commrt.collectives import _small, registry
+
+# Import every algorithm package now, before the functions below are defined:
+# importing a subpackage for the first time sets the package attribute of its
+# name (commrt.collectives.broadcast), which would otherwise replace the
+# function of that name whenever the registry first loads it.
+registry.table()
+from commrt.collectives import cost as _cost
 from commrt.collectives._engine import Call, CollRequest, execute, state_of  # noqa: F401
+from commrt.collectives.all_gather import bruck as _bruck
+from commrt.collectives.broadcast import binomial as _binomial
+from commrt.collectives.gather import linear as _gather_linear
 from commrt.collectives.ops import AVG, SUM, ReduceOp
+from commrt.collectives.reduction import Reduction
 from commrt.errors import CollectiveMismatchError
 from commrt.kernels.bfloat16 import BFLOAT16
 from commrt.transport.buffers import describe as _describe
@@ -66,17 +70,24 @@ _ndarray = np.ndarray
 
 __all__ = ["barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter",
            "reduce_scatter", "all_to_all", "all_gatherv", "gatherv", "scatterv", "all_to_allv",
-           "broadcast_obj", "all_gather_obj", "gather_obj",
-           "split", "new_group", "ReduceOp", "CollRequest", "ALGORITHMS"]
+           "broadcast_obj", "all_gather_obj", "gather_obj", "split", "new_group", "ReduceOp",
+           "CollRequest", "ALGORITHMS"]
 
-ALGORITHMS = {
-    "all_reduce": _allreduce.NAMES,
-    "broadcast": _broadcast.ALGORITHMS,
-    "reduce": _reduce.ALGORITHMS,
-    "all_gather": _all_gather.ALGORITHMS,
-    "reduce_scatter": _reduce_scatter.ALGORITHMS,
-    "all_gatherv": _variable.ALLGATHERV,
-}
+
+class _Algorithms(Mapping):
+    """{collective: algorithm names in tie-break order}, from collectives/registry.py."""
+
+    def __getitem__(self, collective):
+        return registry.names(collective)
+
+    def __iter__(self):
+        return iter(registry.collectives())
+
+    def __len__(self):
+        return len(registry.collectives())
+
+
+ALGORITHMS = _Algorithms()
 
 
 # -- buffers ---------------------------------------------------------------------
@@ -100,8 +111,8 @@ def _check_root(comm, root):
 
 
 def _reducer(comm, op, dtype):
-    """(op, reduce(dst, src), reduce_many(dst, srcs)) after checking op against dtype
-    (memoised per communicator: building them costs more than a tiny collective)."""
+    """(op, Reduction) after checking op against dtype (memoised per communicator:
+    building them costs more than a tiny collective)."""
     st = state_of(comm)
     key = ("reducer", op, dtype)
     try:
@@ -114,8 +125,7 @@ def _reducer(comm, op, dtype):
 
 
 def _make_reducer(comm, st, op, dtype):
-    from commrt.kernels import combine_address
-    from commrt.kernels.reduce import check_op_dtype, reduce_into, reduce_into_many
+    from commrt.kernels.reduce import check_op_dtype
 
     op = ReduceOp.parse(op)
     if op is AVG and np.dtype(dtype).kind not in "iufc" and dtype != BFLOAT16:
@@ -126,17 +136,7 @@ def _make_reducer(comm, st, op, dtype):
         me = comm.host_of(comm.rank)
         local = sum(1 for q in range(comm.size) if comm.host_of(q) == me)
         parallel = st.cache["parallel"] = None if local == 1 else False
-
-    def reduce(dst, src):
-        reduce_into(dst, src, kop, parallel=parallel)
-
-    def reduce_many(dst, srcs):
-        reduce_into_many(dst, srcs, kop, parallel=parallel)
-    # the same reduction as a C loop (dst = dst OP src), for receives that combine
-    # as the data lands (Call.irecv_reduce); 0 where there is none (float16,
-    # bool, complex, logical ops): the algorithms then receive and reduce
-    reduce.hook = combine_address(kop, dtype)
-    return op, reduce, reduce_many
+    return op, Reduction(op, kop, np.dtype(dtype), parallel)
 
 
 def _finish_avg(op, flat, n):
@@ -146,13 +146,12 @@ def _finish_avg(op, flat, n):
         scale_into(flat, n)
 
 
-def _pick(module, comm, algorithm, nbytes, what):
+def _pick(collective, comm, algorithm, nbytes, timeout=None):
+    """(name, module) of the algorithm to run: the one asked for, else the cost
+    model's (or COMMRT_<COLLECTIVE>_ALGO's) choice."""
     if algorithm is None:
-        return _cost.choose(module, comm, nbytes)
-    if algorithm not in module.ALGORITHMS:
-        raise ValueError(f"unknown {what} algorithm {algorithm!r}; expected one of "
-                         f"{', '.join(module.ALGORITHMS)}")
-    return algorithm
+        algorithm = _cost.choose(collective, comm, nbytes, timeout)
+    return algorithm, registry.module(collective, algorithm)
 
 
 # -- buffer collectives ----------------------------------------------------------
@@ -164,20 +163,21 @@ def barrier(comm, *, timeout=None, async_op=False):
             plan = st.small.get("barrier") or _small.prepare_barrier(comm, st)
             _small.run(comm, st, plan.tmp, plan)
             return None
-    call = Call(comm, "barrier", algo="dissemination", timeout=timeout)
-    return execute(call, lambda: _barrier.run(call), async_op)
+    algo, mod = _pick("barrier", comm, None, 0)
+    call = Call(comm, "barrier", algo=algo, timeout=timeout)
+    return execute(call, lambda: mod.run(call), async_op)
 
 
 def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Copy root's buf into every rank's buf."""
     root = _check_root(comm, root)
     flat, done = _host(buf, "buf", comm.rank != root)
-    algo = _pick(_broadcast, comm, algorithm, flat.nbytes, "broadcast")
+    algo, mod = _pick("broadcast", comm, algorithm, flat.nbytes, timeout)
     call = Call(comm, "broadcast", count=flat.size, dtype=flat.dtype, root=root, algo=algo,
                 timeout=timeout)
 
     def run():
-        _broadcast.run(algo, call, flat, root)
+        mod.run(call, flat, root)
         done()
         return buf
     return execute(call, run, async_op)
@@ -188,13 +188,13 @@ def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=
     (other ranks' buffers are left unchanged)."""
     root = _check_root(comm, root)
     flat, done = _host(buf, "buf", comm.rank == root)
-    op, red, _ = _reducer(comm, op, flat.dtype)
-    algo = _pick(_reduce, comm, algorithm, flat.nbytes, "reduce")
+    op, red = _reducer(comm, op, flat.dtype)
+    algo, mod = _pick("reduce", comm, algorithm, flat.nbytes, timeout)
     call = Call(comm, "reduce", count=flat.size, dtype=flat.dtype, op=op, root=root, algo=algo,
                 timeout=timeout)
 
     def run():
-        _reduce.run(algo, call, flat, root, red)
+        mod.run(call, flat, root, red)
         call.wait_sends()
         if comm.rank == root:
             _finish_avg(op, flat, comm.size)
@@ -236,22 +236,19 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
 def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
     """The general path (key: the small path's plan key, where it may prepare one)."""
     flat, done = _host(buf, "buf", True)
-    op, red, red_many = _reducer(comm, op, flat.dtype)
+    op, red = _reducer(comm, op, flat.dtype)
     if algorithm is None:
-        algorithm = _cost.choose_allreduce(comm, flat.nbytes)
+        algorithm = _cost.choose("all_reduce", comm, flat.nbytes, timeout)
         if algorithm == "recursive_doubling" and key is not None:
             _small.prepare(comm, state_of(comm), buf, key, op)
         elif algorithm == "rabenseifner" and key is not None:
             _small.prepare_rabenseifner(comm, state_of(comm), buf, key, op, red.hook)
-    mod = _allreduce.module(algorithm)
+    mod = registry.module("all_reduce", algorithm)
     call = Call(comm, "all_reduce", count=flat.size, dtype=flat.dtype, op=op, algo=algorithm,
                 timeout=timeout)
 
     def run():
-        if algorithm == "ps":
-            mod.run(call, flat, red, red_many)
-        else:
-            mod.run(call, flat, red)
+        mod.run(call, flat, red)
         call.wait_sends()  # a send may still read buf: divide only after
         _finish_avg(op, flat, comm.size)
         done()
@@ -266,17 +263,17 @@ def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     if oflat.size != comm.size * flat.size or oflat.dtype != flat.dtype:
         raise ValueError(f"all_gather: out must hold {comm.size} x {flat.size} elements of "
                          f"{flat.dtype}, got {oflat.size} of {oflat.dtype}")
-    algo = _pick(_all_gather, comm, algorithm, oflat.nbytes, "all_gather")
+    algo, mod = _pick("all_gather", comm, algorithm, oflat.nbytes, timeout)
     call = Call(comm, "all_gather", count=flat.size, dtype=flat.dtype, algo=algo, timeout=timeout)
 
     def run():
-        _all_gather.run(algo, call, oflat, flat)
+        mod.run(call, oflat, flat)
         done()
         return out
     return execute(call, run, async_op)
 
 
-def gather(comm, buf, out=None, root=0, *, timeout=None, async_op=False):
+def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Root's out (size·len(buf) elements) receives every rank's buf in rank order."""
     root = _check_root(comm, root)
     flat, _ = _host(buf, "buf", False)
@@ -288,17 +285,18 @@ def gather(comm, buf, out=None, root=0, *, timeout=None, async_op=False):
         if oflat.size != comm.size * flat.size or oflat.dtype != flat.dtype:
             raise ValueError(f"gather: out must hold {comm.size} x {flat.size} elements of "
                              f"{flat.dtype}, got {oflat.size} of {oflat.dtype}")
-    call = Call(comm, "gather", count=flat.size, dtype=flat.dtype, root=root, algo="linear",
+    algo, mod = _pick("gather", comm, algorithm, flat.nbytes * comm.size, timeout)
+    call = Call(comm, "gather", count=flat.size, dtype=flat.dtype, root=root, algo=algo,
                 timeout=timeout)
 
     def run():
-        _gather.gather(call, flat, oflat, root)
+        mod.run(call, flat, oflat, root)
         done()
         return out if comm.rank == root else None
     return execute(call, run, async_op)
 
 
-def scatter(comm, out, buf=None, root=0, *, timeout=None, async_op=False):
+def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Rank i's out receives block i of root's buf (size·len(out) elements)."""
     root = _check_root(comm, root)
     oflat, done = _host(out, "out", True)
@@ -310,11 +308,12 @@ def scatter(comm, out, buf=None, root=0, *, timeout=None, async_op=False):
         if flat.size != comm.size * oflat.size or flat.dtype != oflat.dtype:
             raise ValueError(f"scatter: buf must hold {comm.size} x {oflat.size} elements of "
                              f"{oflat.dtype}, got {flat.size} of {flat.dtype}")
-    call = Call(comm, "scatter", count=oflat.size, dtype=oflat.dtype, root=root, algo="linear",
+    algo, mod = _pick("scatter", comm, algorithm, oflat.nbytes * comm.size, timeout)
+    call = Call(comm, "scatter", count=oflat.size, dtype=oflat.dtype, root=root, algo=algo,
                 timeout=timeout)
 
     def run():
-        _gather.scatter(call, oflat, flat, root)
+        mod.run(call, oflat, flat, root)
         done()
         return out
     return execute(call, run, async_op)
@@ -327,13 +326,13 @@ def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asyn
     if flat.size != comm.size * oflat.size or flat.dtype != oflat.dtype:
         raise ValueError(f"reduce_scatter: buf must hold {comm.size} x {oflat.size} elements of "
                          f"{oflat.dtype}, got {flat.size} of {flat.dtype}")
-    op, red, red_many = _reducer(comm, op, flat.dtype)
-    algo = _pick(_reduce_scatter, comm, algorithm, flat.nbytes, "reduce_scatter")
+    op, red = _reducer(comm, op, flat.dtype)
+    algo, mod = _pick("reduce_scatter", comm, algorithm, flat.nbytes, timeout)
     call = Call(comm, "reduce_scatter", count=oflat.size, dtype=flat.dtype, op=op, algo=algo,
                 timeout=timeout)
 
     def run():
-        _reduce_scatter.run(algo, call, oflat, flat, red, red_many)
+        mod.run(call, oflat, flat, red)
         call.wait_sends()
         _finish_avg(op, oflat, comm.size)
         done()
@@ -341,7 +340,7 @@ def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asyn
     return execute(call, run, async_op)
 
 
-def all_to_all(comm, out, buf, *, timeout=None, async_op=False):
+def all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """Block j of rank i's buf lands in block i of rank j's out (size blocks each)."""
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
@@ -349,11 +348,12 @@ def all_to_all(comm, out, buf, *, timeout=None, async_op=False):
         raise ValueError(f"all_to_all: buf and out must hold the same multiple of {comm.size} "
                          f"elements of one dtype, got {flat.size} {flat.dtype} and "
                          f"{oflat.size} {oflat.dtype}")
-    call = Call(comm, "all_to_all", count=flat.size, dtype=flat.dtype, algo="pairwise",
+    algo, mod = _pick("all_to_all", comm, algorithm, flat.nbytes, timeout)
+    call = Call(comm, "all_to_all", count=flat.size, dtype=flat.dtype, algo=algo,
                 timeout=timeout)
 
     def run():
-        _all_to_all.run(call, oflat, flat)
+        mod.run(call, oflat, flat)
         done()
         return out
     return execute(call, run, async_op)
@@ -391,18 +391,19 @@ def all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_o
     oflat, done = _host(out, "out", True)
     _holds("all_gatherv", flat, counts[comm.rank], flat.dtype, "buf", f"counts[{comm.rank}]")
     _holds("all_gatherv", oflat, sum(counts), flat.dtype, "out", "sum(counts)")
-    algo = _pick(_variable.AllGathervModule, comm, algorithm, oflat.nbytes, "all_gatherv")
+    algo, mod = _pick("all_gatherv", comm, algorithm, oflat.nbytes, timeout)
     call = Call(comm, "all_gatherv", count=oflat.size, dtype=flat.dtype, algo=algo,
                 timeout=timeout)
 
     def run():
-        _variable.all_gatherv(algo, call, oflat, flat, counts)
+        mod.run(call, oflat, flat, counts)
         done()
         return out
     return execute(call, run, async_op)
 
 
-def gatherv(comm, buf, out=None, counts=None, root=0, *, timeout=None, async_op=False):
+def gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout=None,
+            async_op=False):
     """Root's out (sum(counts) elements) receives every rank's buf in rank order;
     counts (rank q's buf holds counts[q]) are needed at the root only."""
     root = _check_root(comm, root)
@@ -418,16 +419,18 @@ def gatherv(comm, buf, out=None, counts=None, root=0, *, timeout=None, async_op=
     elif counts is not None:
         cnt = _counts(comm, counts, "gatherv: counts")
         _holds("gatherv", flat, cnt[comm.rank], flat.dtype, "buf", f"counts[{comm.rank}]")
-    call = Call(comm, "gatherv", dtype=flat.dtype, root=root, algo="linear", timeout=timeout)
+    algo, mod = _pick("gatherv", comm, algorithm, flat.nbytes * comm.size, timeout)
+    call = Call(comm, "gatherv", dtype=flat.dtype, root=root, algo=algo, timeout=timeout)
 
     def run():
-        _variable.gatherv(call, flat, oflat, cnt, root)
+        mod.run(call, flat, oflat, cnt, root)
         done()
         return out if comm.rank == root else None
     return execute(call, run, async_op)
 
 
-def scatterv(comm, out, buf=None, counts=None, root=0, *, timeout=None, async_op=False):
+def scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeout=None,
+             async_op=False):
     """Rank q's out (counts[q] elements) receives block q of root's buf (sum(counts)
     elements, packed in rank order); counts are needed at the root only."""
     root = _check_root(comm, root)
@@ -443,16 +446,18 @@ def scatterv(comm, out, buf=None, counts=None, root=0, *, timeout=None, async_op
     elif counts is not None:
         cnt = _counts(comm, counts, "scatterv: counts")
         _holds("scatterv", oflat, cnt[comm.rank], oflat.dtype, "out", f"counts[{comm.rank}]")
-    call = Call(comm, "scatterv", dtype=oflat.dtype, root=root, algo="linear", timeout=timeout)
+    algo, mod = _pick("scatterv", comm, algorithm, oflat.nbytes * comm.size, timeout)
+    call = Call(comm, "scatterv", dtype=oflat.dtype, root=root, algo=algo, timeout=timeout)
 
     def run():
-        _variable.scatterv(call, oflat, flat, cnt, root)
+        mod.run(call, oflat, flat, cnt, root)
         done()
         return out
     return execute(call, run, async_op)
 
 
-def all_to_allv(comm, out, buf, send_counts, recv_counts, *, timeout=None, async_op=False):
+def all_to_allv(comm, out, buf, send_counts, recv_counts, *, algorithm=None, timeout=None,
+                async_op=False):
     """send_counts[q] elements of buf (blocks packed in rank order) go to rank q, whose
     out receives them as its block r; recv_counts[q] elements of out come from rank q
     (rank q's send_counts[r] must equal this rank's recv_counts[q])."""
@@ -466,10 +471,11 @@ def all_to_allv(comm, out, buf, send_counts, recv_counts, *, timeout=None, async
     if sc[r] != rc[r]:
         raise ValueError(f"all_to_allv: send_counts[{r}] = {sc[r]} and recv_counts[{r}] = "
                          f"{rc[r]} (this rank's block to itself) differ")
-    call = Call(comm, "all_to_allv", dtype=flat.dtype, algo="pairwise", timeout=timeout)
+    algo, mod = _pick("all_to_allv", comm, algorithm, flat.nbytes, timeout)
+    call = Call(comm, "all_to_allv", dtype=flat.dtype, algo=algo, timeout=timeout)
 
     def run():
-        _variable.all_to_allv(call, oflat, flat, sc, rc)
+        mod.run(call, oflat, flat, sc, rc)
         done()
         return out
     return execute(call, run, async_op)
@@ -491,10 +497,11 @@ def broadcast_obj(comm, obj, root=0, *, timeout=None):
         if comm.rank == root:
             data = _dumps(obj)
             n[0] = data.size
-        _broadcast.binomial(call, n, root)
+        _binomial.run(call, n, root)
         if comm.rank != root:
             data = np.empty(int(n[0]), np.uint8)
-        _broadcast.run("pipeline" if n[0] >= 1 << 20 else "binomial", call, data, root)
+        registry.module("broadcast", "pipeline" if n[0] >= 1 << 20 else "binomial").run(
+            call, data, root)
         call.finish()
         return obj if comm.rank == root else pickle.loads(data)
     return execute(call, run, False)
@@ -507,12 +514,13 @@ def all_gather_obj(comm, obj, *, timeout=None):
     def run():
         data = _dumps(obj)
         sizes = np.empty(comm.size, np.int64)
-        _all_gather.bruck(call, sizes, np.array([data.size], np.int64))
+        _bruck.run(call, sizes, np.array([data.size], np.int64))
         width = int(sizes.max()) if comm.size else 0
         mine = np.zeros(width, np.uint8)
         mine[:data.size] = data
         out = np.empty(comm.size * width, np.uint8)
-        _all_gather.run("ring" if width * comm.size >= 1 << 20 else "bruck", call, out, mine)
+        registry.module("all_gather", "ring" if width * comm.size >= 1 << 20 else "bruck").run(
+            call, out, mine)
         call.finish()
         return [obj if q == comm.rank else pickle.loads(out[q * width:q * width + sizes[q]])
                 for q in range(comm.size)]
@@ -528,7 +536,7 @@ def gather_obj(comm, obj, root=0, *, timeout=None):
         data = _dumps(obj)
         size = np.array([data.size], np.int64)
         sizes = np.empty(comm.size, np.int64) if comm.rank == root else None
-        _gather.gather(call, size, sizes, root)
+        _gather_linear.run(call, size, sizes, root)
         if comm.rank != root:
             call.isend(data, root)
             call.finish()
@@ -555,7 +563,7 @@ def split(comm, color, key=None):
 
     def run():
         table = np.empty(2 * comm.size, np.int64)
-        _all_gather.bruck(call, table, np.array([c, k], np.int64))
+        _bruck.run(call, table, np.array([c, k], np.int64))
         call.finish()
         return table.reshape(comm.size, 2)
 
@@ -579,7 +587,7 @@ def new_group(comm, ranks):
 
     def run():
         table = np.empty(comm.size, np.int64)
-        _all_gather.bruck(call, table, np.array([digest], np.int64))
+        _bruck.run(call, table, np.array([digest], np.int64))
         call.finish()
         return table
 

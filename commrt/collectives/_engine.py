@@ -51,16 +51,41 @@ TAG = 7
 PROBE_TAG = 8
 _LOST = re.compile(r"lost peer rank (\d+) \(seen by rank (\d+)\)")
 
-KINDS = ("none", "barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather",
-         "scatter", "reduce_scatter", "all_to_all", "broadcast_obj", "all_gather_obj",
-         "gather_obj", "split", "new_group", "calibrate", "all_gatherv", "gatherv", "scatterv",
-         "all_to_allv")
-KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+# Internal call kinds beside the registry's collectives (registry.BORROWS says
+# whose algorithm codes they carry).
+INTERNAL_KINDS = ("broadcast_obj", "all_gather_obj", "gather_obj", "split", "new_group",
+                  "calibrate")
+_KINDS = []
+KIND_BITS = 5
 
-ALGOS = ("-", "ring", "ps", "reduce_bcast", "tree", "rabenseifner", "recursive_doubling",
-         "hierarchical", "binomial", "pipeline", "bruck", "direct", "linear",
-         "dissemination", "pairwise", "dbtree")
-ALGO_CODE = {a: i for i, a in enumerate(ALGOS)}
+
+def kinds():
+    """Every call kind, by wire code: "none", the registry's collectives, the
+    internal kinds (built once; the same on every rank of one installation)."""
+    if not _KINDS:
+        from commrt.collectives import registry
+
+        names = ("none",) + registry.collectives() + INTERNAL_KINDS
+        if len(names) > 1 << KIND_BITS:
+            raise ImportError(f"{len(names)} call kinds do not fit the fingerprint's "
+                              f"{KIND_BITS}-bit kind field")
+        _KINDS.extend(names)
+        KIND_CODE.update({k: i for i, k in enumerate(names)})
+    return _KINDS
+
+
+KIND_CODE = {}
+
+
+def kind_code(kind):
+    return KIND_CODE.get(kind) or kinds().index(kind)
+
+
+def algo_code(kind, algo):
+    from commrt.collectives import registry
+
+    return registry.code(kind, algo)
+
 
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
                                 np.uint16, np.uint32, np.uint64, np.float16, np.float32,
@@ -85,14 +110,17 @@ def unpack(meta):
 def describe_meta(meta, exact=None):
     """Text for a packed fingerprint (counts and roots are known modulo 2**18 / 2**12)."""
     f = unpack(meta)
-    kind = KINDS[f["kind"]] if f["kind"] < len(KINDS) else f"kind{f['kind']}"
+    names = kinds()
+    kind = names[f["kind"]] if f["kind"] < len(names) else f"kind{f['kind']}"
     dt = DTYPES[f["dtype"] - 1].name if 0 < f["dtype"] <= len(DTYPES) else "-"
     parts = [f"count~{f['count']}" if exact is None else f"count={exact}", f"dtype={dt}"]
     if f["op"]:
         parts.append(f"op={OP_NAMES[f['op']] if f['op'] < len(OP_NAMES) else f['op']}")
     parts.append(f"root={f['root']}")
     if f["algo"]:
-        parts.append(f"algo={ALGOS[f['algo']] if f['algo'] < len(ALGOS) else f['algo']}")
+        from commrt.collectives import registry
+
+        parts.append(f"algo={registry.name_of(kind, f['algo'])}")
     return f"#{f['seq']} {kind}({', '.join(parts)})"
 
 
@@ -272,13 +300,25 @@ class Recv:
         self.req, self.src, self.nbytes = req, src, nbytes
 
 
+class Combine:
+    """A receive in flight that combines into buf once done (Call.irecv_combine)."""
+    __slots__ = ("rv", "buf", "tmp", "red")
+
+    def __init__(self, rv, buf, tmp, red):
+        self.rv, self.buf, self.tmp, self.red = rv, buf, tmp, red
+
+
 class Call:
     """One collective call on one rank: its fingerprint and its messages."""
 
     def __init__(self, comm, kind, *, count=0, dtype=None, op=None, root=0, algo="-",
-                 timeout=None, seq=None):
+                 timeout=None, seq=None, serving=None):
         """seq: the sequence number of a call already begun (and recorded) by the
-        small-message path (collectives/_small.py), which hands it over here."""
+        small-message path (collectives/_small.py), which hands it over here.
+        serving: the user's collective (its kind) this internal call runs for, on
+        every rank at the same point (calibrate): it takes the sequence number
+        that call is about to take, without consuming it, so errors and
+        sequence numbers name the user's calls only."""
         st = state_of(comm)
         if st.poisoned is not None:
             raise CollectiveMismatchError(f"communicator unusable after an earlier collective "
@@ -288,9 +328,11 @@ class Call:
         self.state = st
         self.rank, self.size = comm.rank, comm.size
         resumed = seq is not None
+        self.serving = serving
         if not resumed:
             seq = st.seq
-            st.seq += 1
+            if serving is None:
+                st.seq += 1
         self.seq = seq
         self.kind = kind
         self.algo = algo
@@ -298,7 +340,7 @@ class Call:
         self.dtype = None if dtype is None else np.dtype(dtype)
         self.op = op
         self.root = root
-        self.meta = pack(self.seq, KIND_CODE[kind], ALGO_CODE.get(algo, 15), count,
+        self.meta = pack(self.seq, kind_code(kind), algo_code(kind, algo), count,
                          DTYPE_CODE.get(self.dtype, 31) if self.dtype is not None else 0,
                          op.value if op is not None else 0, root)
         if not resumed:
@@ -318,6 +360,8 @@ class Call:
 
     @property
     def name(self):
+        if self.serving is not None:
+            return f"{self.serving} #{self.seq} (its {self.kind})"
         return f"{self.kind} #{self.seq}"
 
     def start(self):
@@ -346,6 +390,26 @@ class Call:
     def recv(self, buf, src):
         self.wait(self.irecv(buf, src))
 
+    def irecv_combine(self, buf, src, red, slot):
+        """Start receiving a message from src to combine into buf (buf = buf OP
+        message, the message the right operand): a reduce-receive where red has
+        a C loop, else a receive into the scratch `slot` that wait_combine
+        reduces from.  Two combines in flight need different slots."""
+        if red.hook:
+            return Combine(self.irecv_reduce(buf, src, red.hook), buf, None, red)
+        tmp = self.state.scratch(slot, buf.size, buf.dtype)
+        return Combine(self.irecv(tmp, src), buf, tmp, red)
+
+    def wait_combine(self, cb):
+        """Wait for an irecv_combine (checked as by wait) and finish its combine."""
+        self.wait(cb.rv)
+        if cb.tmp is not None:
+            cb.red(cb.buf, cb.tmp)
+
+    def recv_combine(self, buf, src, red, slot="combine"):
+        """Receive from src and combine the message into buf (see irecv_combine)."""
+        self.wait_combine(self.irecv_combine(buf, src, red, slot))
+
     def send(self, buf, dst):
         """Start a send; it completes by end() (the algorithm must not modify buf before)."""
         self.isend(buf, dst)
@@ -370,6 +434,16 @@ class Call:
         except CommError as exc:
             self._failed(exc, src)
         return self.complete_exchange(rq, sq, src, rbuf.nbytes)
+
+    def exchange_combine(self, sbuf, dst, rbuf, src, red, slot="xcombine"):
+        """exchange() whose received message is combined into rbuf (rbuf = rbuf OP
+        message): as it lands where red has a C loop, else through scratch."""
+        if red.hook:
+            return self.exchange(sbuf, dst, rbuf, src, red.hook)
+        tmp = self.state.scratch(slot, rbuf.size, rbuf.dtype)
+        st = self.exchange(sbuf, dst, tmp, src)
+        red(rbuf, tmp)
+        return st
 
     def complete_exchange(self, rq, sq, src, nbytes):
         """Finish an exchange already posted (by exchange(), or by the small path
@@ -441,23 +515,37 @@ class Call:
                     pass
             raise exc
         if isinstance(exc, MessageTruncatedError):
-            reason = (f"collective mismatch: rank {self.rank} in "
-                      f"{describe_meta(self.meta, self.count)}: rank "
-                      f"{exc.source} sent {self._bytes(exc.message_bytes)} where this rank "
-                      f"expected {self._bytes(exc.buffer_bytes)} from it (their counts differ)")
-            self._abort(reason)
+            meta = self.meta if exc.meta is None else exc.meta
+            self._mismatch(exc.source, meta, exc.message_bytes, exc.buffer_bytes)
         raise exc
 
     def _mismatch(self, src, meta, nbytes, expected):
+        self._abort("collective mismatch: " + self._differs(src, meta, nbytes, expected))
+
+    def _differs(self, src, meta, nbytes, expected):
+        """What differs between this call and the message of rank src (meta, nbytes)
+        that this rank received for it."""
+        mine = describe_meta(self.meta, self.count)
         if meta == self.meta:
-            what = (f"sent {self._bytes(nbytes)} where this rank expected "
-                    f"{self._bytes(expected)} from it (their counts differ)")
-        else:
-            what = (f"called {describe_meta(meta)} [{', '.join(_diff(self.meta, meta))} "
-                    f"differ]")
-        reason = (f"collective mismatch: rank {self.rank} called "
-                  f"{describe_meta(self.meta, self.count)}; rank {src} {what}")
-        self._abort(reason)
+            return (f"rank {self.rank} called {mine}; rank {src} sent {self._bytes(nbytes)} "
+                    f"where this rank expected {self._bytes(expected)} from it (their counts "
+                    f"differ)")
+        seq = meta & 0xFFFF
+        earlier = None
+        if seq != self.seq & 0xFFFF:
+            earlier = next((e for e in reversed(self.state.history)
+                            if e[0] & 0xFFFF == seq and e[0] != self.seq), None)
+        if earlier is None:
+            return (f"rank {self.rank} called {mine}; rank {src} called {describe_meta(meta)} "
+                    f"[{', '.join(_diff(self.meta, meta))} differ]")
+        # a message of an earlier call nobody received in it (every rank only sent,
+        # e.g. each passed itself as a broadcast's root): that call was the mismatch
+        _, their_meta, count = earlier
+        fields = [f for f in _diff(their_meta, meta) if f != "seq"] or ["count"]
+        # (kept short: the abort carries the reason to every rank in 255 bytes)
+        return (f"in the earlier call #{earlier[0]} [{', '.join(fields)} differ]: rank "
+                f"{self.rank} called {describe_meta(their_meta, count)}, rank {src} "
+                f"{describe_meta(meta)}; no rank received in it, {self.name} saw it")
 
     def _bytes(self, nbytes):
         dt = self.dtype
@@ -509,15 +597,16 @@ def check_probes(st, call):
         st.probe_req = None
         their_meta, their_count = int(st.probe_buf[0]), int(st.probe_buf[1])
         seq = their_meta & 0xFFFF
-        for s, meta, count in reversed(st.history):
-            if s & 0xFFFF == seq:
-                if meta != their_meta or count != their_count:
-                    reason = (f"collective mismatch: rank {call.rank} called "
-                              f"{describe_meta(meta, count)}; rank {status.source} called "
-                              f"{describe_meta(their_meta, their_count)} "
-                              f"[{', '.join(_diff(meta, their_meta)) or 'count'} differ]")
-                    call._abort(reason)
-                break
+        # every call this rank made at that sequence number (an internal call,
+        # calibrate, shares its user call's): a mismatch if none is theirs
+        ours = [(meta, count) for s, meta, count in st.history if s & 0xFFFF == seq]
+        if ours and (their_meta, their_count) not in ours:
+            meta, count = ours[-1]
+            reason = (f"collective mismatch: rank {call.rank} called "
+                      f"{describe_meta(meta, count)}; rank {status.source} called "
+                      f"{describe_meta(their_meta, their_count)} "
+                      f"[{', '.join(_diff(meta, their_meta)) or 'count'} differ]")
+            call._abort(reason)
 
 
 # -- running a collective -------------------------------------------------------------
@@ -563,3 +652,12 @@ def seg_elems(itemsize):
     if not _SEG_BYTES:
         _SEG_BYTES.append(config.get("COMMRT_RING_SEGMENT_BYTES"))
     return max(1, _SEG_BYTES[0] // itemsize)
+
+
+def offsets(counts):
+    """Start of each block of a packed buffer holding blocks of `counts` elements,
+    and the total at the end (the variable-size collectives)."""
+    offs = [0] * (len(counts) + 1)
+    for i, c in enumerate(counts):
+        offs[i + 1] = offs[i] + c
+    return offs

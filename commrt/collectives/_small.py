@@ -19,14 +19,14 @@ time and a NumPy ufunc combines (``commrt.kernels.reduce.binary_ufunc``).
 A larger all-reduce that the cost model sends to Rabenseifner gets a plan
 too, on a power-of-two world when the reduction has a C loop (RangedPlan):
 its halving and doubling steps are ranged chain steps over the buffer itself
-(``allreduce/rabenseifner.schedule``), each halving receive a
+(``all_reduce/rabenseifner.steps``), each halving receive a
 reduce-receive, so the whole call is again one C call with no scratch, and
 its messages are exactly the general path's.
 
 The barrier gets the same treatment (its plan: the dissemination rounds).
 The messages, fingerprints and operand order are exactly those of
-``allreduce/recursive_doubling.py`` for a power-of-two world and of
-``algorithms/barrier.py``, so a rank on this path and a rank on the general
+``all_reduce/recursive_doubling.py`` for a power-of-two world and of
+``barrier/dissemination.py``, so a rank on this path and a rank on the general
 one interoperate, and results stay bitwise equal.  Anything unusual -- no
 answer within the probe interval, a send still in flight, an error, a
 fingerprint or size that differs -- stops the chain at that step and hands
@@ -36,7 +36,7 @@ the general path does.
 """
 import numpy as np
 
-from commrt.collectives._engine import ALGO_CODE, DTYPE_CODE, KIND_CODE, TAG, Call, pack
+from commrt.collectives._engine import DTYPE_CODE, TAG, Call, algo_code, kind_code, pack
 
 ALGO = "recursive_doubling"
 MAX_PLANS = 64          # distinct (shape, dtype, op) kept per communicator
@@ -63,7 +63,7 @@ class Plan:
         self.nbytes = buf.nbytes
         self.dtype = buf.dtype if kernel is not None else None
         self.op = op
-        self.base = pack(0, KIND_CODE[kind], ALGO_CODE[algo], self.count,
+        self.base = pack(0, kind_code(kind), algo_code(kind, algo), self.count,
                          DTYPE_CODE[buf.dtype] if kernel is not None else 0,
                          op.value if op is not None else 0, 0)
         self.tmp = np.empty_like(buf)
@@ -101,7 +101,8 @@ class RangedPlan:
     def __init__(self, comm, st, buf, op, hook, avg, steps):
         self.kind, self.algo = "all_reduce", "rabenseifner"
         self.count, self.nbytes, self.dtype, self.op = buf.size, buf.nbytes, buf.dtype, op
-        self.base = pack(0, KIND_CODE["all_reduce"], ALGO_CODE["rabenseifner"], buf.size,
+        self.base = pack(0, kind_code("all_reduce"), algo_code("all_reduce", "rabenseifner"),
+                         buf.size,
                          DTYPE_CODE[buf.dtype], op.value, 0)
         self.steps = steps
         self.nsteps = len(steps)
@@ -153,7 +154,7 @@ def prepare(comm, st, buf, key, op):
 
 def prepare_rabenseifner(comm, st, buf, key, op, hook):
     """Remember a RangedPlan for all-reduces like this one, where it applies."""
-    from commrt.collectives.allreduce.rabenseifner import schedule
+    from commrt.collectives.all_reduce.rabenseifner import steps as schedule
 
     n = comm.size
     if n < 2 or n & (n - 1) or not hook or buf.dtype not in DTYPE_CODE:
@@ -167,7 +168,7 @@ def prepare_rabenseifner(comm, st, buf, key, op, hook):
 
 
 def prepare_barrier(comm, st):
-    """The dissemination barrier's Plan (algorithms/barrier.py): round k sends an
+    """The dissemination barrier's Plan (barrier/dissemination.py): round k sends an
     empty message to r + 2^k and receives one from r - 2^k."""
     n, r = comm.size, comm.rank
     steps = []

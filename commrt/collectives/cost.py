@@ -7,7 +7,7 @@
             context switch (N = 4 on 2 cores: 12-37 µs against 2-10 µs)
     β       seconds per byte received (on shared memory the receiver copies:
             process_vm_readv), from a 1 MiB exchange less α
-    γ       seconds per byte reduced by the kernel (float32 sum, 1 MiB: in
+    γ       seconds per byte reduced by the C combine loop (float32 sum, 1 MiB: in
             cache); γ_mem the same on 16 MiB (from memory); ``g(chunk)``
             goes from one to the other with the size reduced at once
     μ       seconds per byte of a local copy (memcpy)
@@ -23,7 +23,7 @@ ring's block placement sends one stream per host and direction: 1; the
 others: the ranks on a host).  The hierarchical all-reduce costs its steps
 inside a host with α, β and its ring among the leaders with ``net()``.
 
-Every all-reduce module has ``cost(n, nbytes, params)``, written from what
+Every algorithm module has ``cost(n, nbytes, params, comm=None)``, written from what
 its code does (see its docstring and docs/algorithms.md) in three parts:
 lat, the α terms of its critical path; crit, the byte terms of that path;
 work, the byte terms summed over all ranks.  ``params.time`` is lat + crit,
@@ -38,13 +38,13 @@ Measurement (``calibrate``, a collective, once per communicator family;
 exchange 8 B and 1 MiB (α, β), then on several hosts rank 0 and the first
 rank of the next host (α_net, β_net); every rank runs 8-byte recursive
 doubling (α_busy),
-rank 0 times reduce_into on 1 and 16 MiB and a 1 MiB copy (γ, γ_mem, μ) and
+rank 0 times the C combine loop on 1 and 16 MiB and a 1 MiB copy (γ, γ_mem, μ) and
 broadcasts the numbers so every rank picks the same algorithm.  They are
 cached in COMMRT_COST_CACHE per (transports, hostname, network namespace
 and interface, cores, ranks on the host, hosts), so later jobs skip the
 measurement, unless the samples spread the
 way a busy host spreads them (then this job uses them, and the next one
-measures again).  COMMRT_ALLREDUCE_ALGO overrides the all-reduce choice.
+measures again).  COMMRT_<COLLECTIVE>_ALGO overrides a collective's choice.
 
 The earlier model took α from an idle ping-pong and scaled oversubscribed
 steps by N/cores: its choice was 16-36% slower than the best fixed
@@ -63,7 +63,7 @@ from commrt import config
 from commrt.rendezvous import netif
 
 
-CACHE_VERSION = 6   # 6: the network class (α_net, β_net) and the link in the key; 5: 5: shm streams in 64 KiB chunks (β changed); 4: below COMMRT_CMA_MIN_BYTES streams
+CACHE_VERSION = 7   # 7: γ of the C combine loop, not Numba's; 6: the network class (α_net, β_net) and the link in the key; 5: shm streams in 64 KiB chunks (β changed); 4: below COMMRT_CMA_MIN_BYTES streams
 GAMMA_SMALL, GAMMA_LARGE = 1 << 20, 16 << 20   # sizes γ and γ_mem are measured at
 NOISY = 3.0   # α's lower quartile over its fastest sample beyond which the host was busy
 
@@ -210,14 +210,14 @@ def _busy_step(call, iters=20):
     """α_busy: time of one step of an 8-byte recursive-doubling all-reduce run by
     every rank at once (the lower quartile, over the steps it takes, as rank 0
     sees it)."""
-    from commrt.collectives.allreduce import _fold, recursive_doubling
+    from commrt.collectives.all_reduce import _fold, recursive_doubling
+    from commrt.collectives.reduction import Reduction
 
     buf = np.zeros(1, np.float64)
     p2, rem = _fold.plan(call.size)
     steps = int(math.log2(p2)) + (2 if rem else 0)
 
-    def add(dst, src):
-        np.add(dst, src, out=dst)
+    add = Reduction(None, "sum", np.dtype(np.float64), False)
     times = []
     for i in range(iters + 2):
         t0 = time.perf_counter()
@@ -242,11 +242,13 @@ def _quartile_time(fn, reps=9):
 
 
 def _measure_gamma(nbytes=GAMMA_SMALL, reps=9):
-    from commrt.kernels import reduce_into
+    """γ of the C combine loop (float32 sum), the loop reduce-receives and the
+    algorithms' own combines run (collectives/reduction.py)."""
+    from commrt.kernels import combine_into
 
     a = np.zeros(nbytes // 4, np.float32)
     b = np.ones(nbytes // 4, np.float32)
-    q, fastest = _quartile_time(lambda: reduce_into(a, b, "sum", parallel=False), reps)
+    q, fastest = _quartile_time(lambda: combine_into(a, b, "sum"), reps)
     return q / a.nbytes, fastest / a.nbytes
 
 
@@ -281,7 +283,7 @@ def _pairs(groups):
 def _measure_pair(call, pair, vals, slot):
     """The pair exchanges 8 B and 1 MiB; its lower rank broadcasts (α, β) into
     vals[slot:slot + 2].  Returns whether the samples looked quiet."""
-    from commrt.collectives.algorithms import broadcast as _bcast
+    from commrt.collectives.broadcast import binomial as _bcast
 
     r, quiet = call.rank, True
     if r in pair:
@@ -293,12 +295,12 @@ def _measure_pair(call, pair, vals, slot):
         quiet = alpha < NOISY * fastest
         if r == pair[0]:
             vals[slot:slot + 2] = (alpha, max(1e-12, (big - alpha) / (1 << 20)))
-    _bcast.binomial(call, vals, pair[0])  # also keeps the other ranks out of the way
+    _bcast.run(call, vals, pair[0])  # also keeps the other ranks out of the way
     call.wait_sends()
     return quiet
 
 
-def params(comm, timeout=None):
+def params(comm, timeout=None, serving=None):
     """The cost parameters of comm (a collective the first time on a communicator
     family: every rank must call it at the same point, as they do when they all
     call a collective with algorithm=None)."""
@@ -322,8 +324,8 @@ def params(comm, timeout=None):
     local, hosts = max(len(g) for g in groups), len(groups)
     shm_pair, net_pair = _pairs(groups)
     call = Call(comm, "calibrate", count=1 + len(FIELDS), dtype=np.float64, algo="binomial",
-                timeout=timeout)
-    from commrt.collectives.algorithms import broadcast as _bcast
+                timeout=timeout, serving=serving)
+    from commrt.collectives.broadcast import binomial as _bcast
 
     def run():
         vals = np.zeros(1 + len(FIELDS), np.float64)
@@ -331,7 +333,7 @@ def params(comm, timeout=None):
             cached = _load(transport, local, hosts)
             if cached is not None:
                 vals[:] = (1.0, *cached)
-        _bcast.binomial(call, vals, 0)
+        _bcast.run(call, vals, 0)
         call.wait_sends()
         source = "cached"
         if vals[0] == 0.0:
@@ -354,7 +356,7 @@ def params(comm, timeout=None):
                 quiet = quiet and gamma_mem < NOISY * fastest and gamma_mem < 2 * NOISY * gamma
                 gamma_mem = min(gamma_mem, 2 * NOISY * gamma)
                 vals[3:7] = (gamma, _measure_mu(), busy, gamma_mem)
-            _bcast.binomial(call, vals, 0)
+            _bcast.run(call, vals, 0)
             call.wait_sends()
             if r == 0 and quiet:
                 _store(transport, local, vals[1:], hosts)
@@ -367,78 +369,66 @@ def params(comm, timeout=None):
     return p
 
 
-# Ties go to the algorithm listed first (equal models, e.g. ring and
-# Rabenseifner at N = 2, where Rabenseifner has fewer Python steps).
-_PREFERENCE = {a: i for i, a in enumerate(("rabenseifner", "recursive_doubling", "ring",
-                                           "reduce_bcast", "tree", "dbtree", "ps",
-                                           "hierarchical"))}
+def _link(mod, p):
+    """The parameters a module is costed with: on several hosts a flat algorithm
+    runs at the network's pace with the NIC shared by its host's ranks
+    (``NET_SHARE``: how many of them send through it at once; default all),
+    unless the module costs its link classes itself (``LINKS = True``)."""
+    if getattr(mod, "LINKS", False):
+        return p
+    return p.net(getattr(mod, "NET_SHARE", p.local))
 
 
-def predict_allreduce(comm, nbytes, p=None):
-    """{algorithm: predicted seconds} for an all-reduce of nbytes on comm."""
-    from commrt.collectives import allreduce
+def predict(collective, comm, nbytes, p=None):
+    """{algorithm: predicted seconds} of every eligible algorithm of a collective
+    (collectives/registry.py), in tie-break order."""
+    from commrt.collectives import registry
 
     p = p or params(comm)
     out = {}
-    for name in allreduce.NAMES:
-        mod = allreduce.module(name)
-        if name == "hierarchical":
-            if not mod.eligible(comm):
-                continue
-            out[name] = mod.cost(comm.size, nbytes, p, mod.host_groups(comm))
-        else:
-            out[name] = mod.cost(comm.size, nbytes, p.net(1 if name == "ring" else p.local))
+    for name, mod in registry.table()[collective].items():
+        check = getattr(mod, "eligible", None)
+        if check is None or check(comm):
+            out[name] = mod.cost(comm.size, nbytes, _link(mod, p), comm)
     return out
 
 
-# COMMRT_ALLREDUCE_ALGO is read on every call (tests and users set it at run
-# time), straight from os.environ's own dict: os.environ.get costs ~0.8 µs here,
-# a tenth of an 8-byte all-reduce.
-_ENV = getattr(os.environ, "_data", None)
-_FORCED_KEY = os.environ.encodekey("COMMRT_ALLREDUCE_ALGO") if _ENV is not None else None
+def predict_allreduce(comm, nbytes, p=None):
+    return predict("all_reduce", comm, nbytes, p)
 
 
-def _forced():
-    if _ENV is None:
-        return config.get("COMMRT_ALLREDUCE_ALGO")
-    raw = _ENV.get(_FORCED_KEY)
-    return os.environ.decodevalue(raw) if raw else ""
+def cheapest(pred):
+    """The cheapest prediction; ties (within rounding: equal formulas summed in
+    different orders) go to the first in the registry's order."""
+    lo = min(pred.values())
+    return next(name for name, t in pred.items() if t <= lo * (1 + 1e-9))
+
+
+def choose(collective, comm, nbytes, timeout=None):
+    """The algorithm of `collective` for nbytes on comm: COMMRT_<COLLECTIVE>_ALGO,
+    else the cheapest by the model (memoised per size; the same on every rank).
+    timeout: the user call's, which bounds a calibration run inside it."""
+    from commrt.collectives import registry
+    from commrt.collectives._engine import state_of
+
+    forced = config.forced_algorithm(collective)
+    if forced:
+        return forced
+    names = registry.names(collective)
+    if comm.size == 1 or len(names) == 1:   # nothing to choose: no calibration
+        return names[0]
+    memo = state_of(comm).cache.get(("choice", collective))
+    if memo is None:
+        memo = state_of(comm).cache[("choice", collective)] = {}
+    algo = memo.get(nbytes)
+    if algo is None:
+        p = params(comm, timeout, serving=collective)
+        algo = memo[nbytes] = cheapest(predict(collective, comm, nbytes, p))
+    return algo
 
 
 def choose_allreduce(comm, nbytes):
-    """The all-reduce algorithm for nbytes on comm: COMMRT_ALLREDUCE_ALGO, else the
-    cheapest by the model (memoised per size; the same on every rank)."""
-    from commrt.collectives._engine import state_of
-
-    forced = _forced()
-    if forced:
-        return forced
-    if comm.size == 1:
-        return "ring"
-    cache = state_of(comm).cache
-    memo = cache.get("allreduce_choice")
-    if memo is None:
-        memo = cache["allreduce_choice"] = {}
-    algo = memo.get(nbytes)
-    if algo is None:
-        pred = predict_allreduce(comm, nbytes)
-        algo = memo[nbytes] = min(sorted(pred, key=_PREFERENCE.get), key=pred.get)
-    return algo
-
-
-def choose(module, comm, nbytes):
-    """The cheapest of a collective module's ALGORITHMS (broadcast, reduce, ...)."""
-    from commrt.collectives._engine import state_of
-
-    if comm.size == 1:
-        return module.ALGORITHMS[0]
-    memo = state_of(comm).cache.setdefault(("choice", module.__name__), {})
-    algo = memo.get(nbytes)
-    if algo is None:
-        p = params(comm)
-        algo = memo[nbytes] = min(module.ALGORITHMS,
-                                  key=lambda a: module.cost(a, comm.size, nbytes, p))
-    return algo
+    return choose("all_reduce", comm, nbytes)
 
 
 def describe(comm):

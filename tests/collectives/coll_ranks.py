@@ -259,6 +259,8 @@ def mismatch(comm, case):
                 C.broadcast(sub, x, 0, algorithm="binomial")
             else:
                 C.reduce(sub, x, 0, algorithm="binomial")
+        elif case == "own_root":  # each rank the root of its own broadcast: all only send
+            C.broadcast(sub, x, root=r, algorithm="binomial")
         elif case == "algo":
             C.all_reduce(sub, x, "SUM", "ring" if r == 0 else "ps")
         elif case == "async":
@@ -350,7 +352,7 @@ def choose(comm, nbytes, forced=None):
 def hierarchical(comm, seed, n, hosts):
     """All-reduce with fake hosts (rank -> host id from `hosts`): the result, and
     the payload bytes this rank sent to ranks on other hosts."""
-    from commrt.collectives.allreduce import hierarchical as H
+    from commrt.collectives.all_reduce import hierarchical as H
 
     H.HOST_OF = lambda c, q: hosts[c.world_rank(q)]
     try:
@@ -521,3 +523,19 @@ def varsize_invalid(comm):
     C.all_reduce(comm, x)  # nothing was sent: the next collective still works
     assert np.all(x == n)
     return True
+
+
+def calibration_timeout(comm):
+    """Rank 1 starts the job's first all-reduce alone (rank 0 never joins it): the
+    cost model's calibration inside it times out, and the error names the user's
+    call, not the internal one."""
+    from commrt.errors import CommTimeoutError
+
+    if comm.rank == 0:
+        time.sleep(3)
+        return None
+    try:
+        C.all_reduce(comm, np.ones(4, np.float32), timeout=1.5)
+    except CommTimeoutError as exc:
+        return str(exc)
+    return "no error"

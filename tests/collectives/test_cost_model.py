@@ -1,16 +1,19 @@
-"""The cost model without processes: its formulas pick what the benchmark found
-fastest for parameters like this host's, and its cache keeps one entry per
-(transport, host, cores, ranks on the host) and version."""
+"""The cost model without processes: over a wide range of parameters (not one
+host's numbers) its formulas give latency-bound sizes to the algorithm with
+the fewest steps and bandwidth-bound sizes to a bandwidth-optimal one, and
+its cache keeps one entry per (transport, host, cores, ranks on the host)
+and version."""
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from commrt.collectives import allreduce, cost
+from commrt import config
+from commrt.collectives import cost, registry
 
-# As calibrate measures them on this 2-core host (shared memory): α of an
-# exchange step, α with every rank exchanging (4 ranks on 2 cores), β of a
-# process_vm_readv copy, γ of reduce_into in cache and from memory, μ of a
-# memcpy, per byte.
+# Parameters like calibrate's on a 2-core host, for the tests of the formulas'
+# structure below (oversubscription, γ's growth), which hold for any values.
 HOST = dict(alpha=5e-6, beta=7e-11, gamma=2e-11, gamma_mem=5e-11, mu=1.8e-11,
             segment=256 << 10, cores=2)
 
@@ -20,17 +23,23 @@ def params(n, busy):
 
 
 def best(n, nbytes, p):
-    pred = {a: allreduce.module(a).cost(n, nbytes, p)
-            for a in allreduce.NAMES if a != "hierarchical"}
-    return min(sorted(pred, key=cost._PREFERENCE.get), key=pred.get), pred
+    pred = {a: registry.module("all_reduce", a).cost(n, nbytes, p)
+            for a in registry.names("all_reduce") if a != "hierarchical"}
+    return cost.cheapest(pred), pred
 
 
-@pytest.mark.parametrize("n,busy", [(2, 5e-6), (4, 40e-6)])
-def test_small_messages_take_recursive_doubling_large_rabenseifner(n, busy):
-    p = params(n, busy)
-    assert best(n, 8, p)[0] == "recursive_doubling"
-    for nbytes in (1 << 20, 16 << 20, 64 << 20):
-        assert best(n, nbytes, p)[0] == "rabenseifner", (n, nbytes, best(n, nbytes, p)[1])
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(n=st.sampled_from([2, 4, 8]), alpha=st.floats(1e-7, 1e-4), busy=st.floats(1.0, 10.0),
+       beta=st.floats(1e-11, 1e-9), gamma=st.floats(5e-12, 1e-10), mem=st.floats(1.0, 4.0),
+       mu=st.floats(5e-12, 1e-10), cores=st.sampled_from([1, 2, 4, 16]))
+def test_latency_bound_takes_fewest_steps_bandwidth_bound_rabenseifner(
+        n, alpha, busy, beta, gamma, mem, mu, cores):
+    p = cost.Params(alpha, beta, gamma, mu, alpha * busy, gamma * mem, segment=256 << 10,
+                    cores=cores, local=n)
+    assert best(n, 8, p)[0] == "recursive_doubling", best(n, 8, p)
+    # bytes that take a thousand times α to move: the bytes decide
+    nbytes = max(64 << 20, int(1e3 * alpha * busy / beta))
+    assert best(n, nbytes, p)[0] == "rabenseifner", (nbytes, best(n, nbytes, p))
 
 
 def test_oversubscription_counts_the_work_of_every_rank():
@@ -98,16 +107,23 @@ def test_steps_across_hosts_take_the_network_class():
 
 
 def test_forced_algorithm_is_read_on_every_call(monkeypatch):
-    monkeypatch.delenv("COMMRT_ALLREDUCE_ALGO", raising=False)
-    assert cost._forced() == ""
-    monkeypatch.setenv("COMMRT_ALLREDUCE_ALGO", "tree")
-    assert cost._forced() == "tree"
+    for var in ("COMMRT_ALLREDUCE_ALGO", "COMMRT_ALL_REDUCE_ALGO", "COMMRT_BROADCAST_ALGO"):
+        monkeypatch.delenv(var, raising=False)
+    assert config.forced_algorithm("all_reduce") == ""
+    monkeypatch.setenv("COMMRT_ALLREDUCE_ALGO", "tree")        # the old name, an alias
+    assert config.forced_algorithm("all_reduce") == "tree"
+    monkeypatch.setenv("COMMRT_ALL_REDUCE_ALGO", "ring")       # the new name wins
+    assert config.forced_algorithm("all_reduce") == "ring"
+    monkeypatch.setenv("COMMRT_BROADCAST_ALGO", "pipeline")
+    assert config.forced_algorithm("broadcast") == "pipeline"
+    assert config.forced_algorithm("reduce") == ""
 
 
 @pytest.mark.parametrize("n", [4, 8, 16])
 def test_the_double_tree_wins_on_latency_not_on_bytes(n):
     p = cost.Params(alpha=5e-6, beta=1e-10, gamma=2e-11, segment=256 << 10, cores=64, local=n)
-    dbtree, tree, raben = (allreduce.module(a) for a in ("dbtree", "tree", "rabenseifner"))
+    dbtree, tree, raben = (registry.module("all_reduce", a)
+                           for a in ("dbtree", "tree", "rabenseifner"))
     big = 256 << 20
     assert raben.cost(n, big, p) < dbtree.cost(n, big, p) < tree.cost(n, big, p)
     # its latency grows with the depth, log2 N, like the single tree's

@@ -13,8 +13,7 @@ import numpy as np
 
 import commrt
 import commrt.collectives as C
-from commrt.collectives import cost
-from commrt.sim.schedules import names as allreduce_names
+from commrt.collectives import cost, registry
 
 COUNTS = (0, 1, 7, 1000, 65537)
 
@@ -37,7 +36,7 @@ def check_layout(comm, hosts):
 
 def check_all_reduce(comm):
     r, n = comm.rank, comm.size
-    for algo in allreduce_names() + (None,):
+    for algo in registry.names("all_reduce") + (None,):
         for count in COUNTS:
             for op, dtype in (("SUM", np.float64), ("MAX", np.int32)):
                 base = np.arange(count) % 13

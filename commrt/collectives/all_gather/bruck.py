@@ -1,0 +1,41 @@
+"""Bruck all-gather (small messages), any N.
+
+Work in a scratch of N blocks holding, at position i, the block of rank
+r+i.  Step k (d = 2^k): send the first min(d, N-d) blocks to rank r-d,
+receive as many from rank r+d into positions d..; after ceil(log2 N) steps
+rotate the scratch into out.
+Cost: ceil(log2 N)·α + (N-1)/N·K·β (K = bytes of out) + K·β (the rotation).
+Bytes sent per rank: (N-1)·|block|.
+"""
+import math
+
+TIE = 0
+
+
+def cost(n, nbytes, p, comm=None):
+    if n == 1:
+        return 0.0
+    block = nbytes / n
+    return (math.ceil(math.log2(n)) * p.alpha + (n - 1) * block * p.beta * p.rho(n)
+            + nbytes * p.beta)
+
+
+def run(call, out, buf):
+    n, r = call.size, call.rank
+    m = buf.size
+    if n == 1:
+        out[:m] = buf
+        return
+    work = call.state.scratch("bruck", n * m, buf.dtype)
+    work[:m] = buf
+    d = 1
+    while d < n:
+        cnt = min(d, n - d)
+        rv = call.irecv(work[d * m:(d + cnt) * m], (r + d) % n)
+        call.isend(work[:cnt * m], (r - d) % n)
+        call.wait(rv)
+        d <<= 1
+    call.wait_sends()
+    # work[i] is the block of rank r+i
+    out[r * m:] = work[:(n - r) * m]
+    out[:r * m] = work[(n - r) * m:n * m]

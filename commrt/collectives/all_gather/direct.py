@@ -1,0 +1,44 @@
+"""Direct all-gather (large messages, more ranks than cores).
+
+Copy one's block into out; receive every other rank's block straight into
+out and send one's own to every other rank, all at once (to r+k, from r-k,
+k = 1 .. N-1, so no rank is everyone's first target).  One round instead of
+the ring's N-1 dependent steps: where a rank must wait for a context switch
+before it can forward (ranks outnumber cores), that wait is paid once; on
+shared memory a large block is read by its receiver with process_vm_readv,
+without its sender being scheduled.
+Cost: α_busy + (N-2)·α + (N-1)/N·K·β.  Bytes sent per rank: (N-1)·|block|.
+"""
+from commrt.collectives.registry import Msg
+
+TIE = 2
+
+
+def cost(n, nbytes, p, comm=None):
+    if n == 1:
+        return 0.0
+    return p.step(n) + (n - 2) * p.alpha + (n - 1) * nbytes / n * p.beta * p.rho(n)
+
+
+def schedule(n, rank, count, root=0):
+    """count: elements per block; positions in out."""
+    m = count
+    if n == 1:
+        return []
+    recvs = [Msg("recv", (rank - k) % n, (rank - k) % n * m, ((rank - k) % n + 1) * m)
+             for k in range(1, n)]
+    sends = [Msg("send", (rank + k) % n, rank * m, (rank + 1) * m) for k in range(1, n)]
+    return [recvs + sends]
+
+
+def run(call, out, buf):
+    n, r = call.size, call.rank
+    m = buf.size
+    out[r * m:(r + 1) * m] = buf
+    rvs = []
+    for k in range(1, n):
+        q = (r - k) % n
+        rvs.append(call.irecv(out[q * m:(q + 1) * m], q))
+    for k in range(1, n):
+        call.isend(buf, (r + k) % n)
+    call.waitall(rvs)

@@ -1,0 +1,46 @@
+"""Ring all-gather (large messages).
+
+Copy one's block into out; at step s send block r-s to the right and
+receive block r-s-1 from the left straight into out (N-1 steps).
+Cost: (N-1)·(α + K/N·β), each step waiting on the left neighbour's forward
+(α_busy with more ranks than cores).  Bytes sent per rank: (N-1)·|block|.
+"""
+from commrt.collectives.registry import Msg
+
+TIE = 1
+
+
+def cost(n, nbytes, p, comm=None):
+    if n == 1:
+        return 0.0
+    return (n - 1) * (p.step(n) + nbytes / n * p.beta * p.rho(n))
+
+
+def schedule(n, rank, count, root=0):
+    """count: elements per block; positions in out."""
+    m = count
+    right, left = (rank + 1) % n, (rank - 1) % n
+    steps = []
+    for s in range(n - 1):
+        c, d = (rank - s) % n, (rank - s - 1) % n
+        steps.append([Msg("send", right, c * m, (c + 1) * m), Msg("recv", left, d * m, (d + 1) * m)])
+    return steps
+
+
+def run(call, out, buf):
+    n, r = call.size, call.rank
+    m = buf.size
+    out[r * m:(r + 1) * m] = buf
+    if n == 1:
+        return
+    right, left = (r + 1) % n, (r - 1) % n
+    rvs = []
+    for s in range(n - 1):
+        c = (r - s - 1) % n
+        rvs.append(call.irecv(out[c * m:(c + 1) * m], left))
+    call.isend(out[r * m:(r + 1) * m], right)
+    for s in range(n - 1):
+        call.wait(rvs[s])
+        if s < n - 2:
+            c = (r - s - 1) % n
+            call.isend(out[c * m:(c + 1) * m], right)

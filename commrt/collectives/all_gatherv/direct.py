@@ -1,0 +1,30 @@
+"""Direct all_gatherv.
+
+Copy one's block into out; receive every other rank's block straight into
+its place in out and send one's own block to every other rank, all at once
+(to r+k, from r-k, k = 1 .. N-1).
+Cost: α_busy + (N-2)·α + (K - |own block|)·β (K = bytes of out).
+Bytes sent per rank: (N-1)·|own block|.
+"""
+from commrt.collectives._engine import offsets
+
+TIE = 0
+
+
+def cost(n, nbytes, p, comm=None):
+    if n == 1:
+        return 0.0
+    return p.step(n) + (n - 2) * p.alpha + (n - 1) * nbytes / n * p.beta * p.rho(n)
+
+
+def run(call, out, buf, counts):
+    n, r = call.size, call.rank
+    offs = offsets(counts)
+    out[offs[r]:offs[r + 1]] = buf
+    rvs = []
+    for k in range(1, n):
+        q = (r - k) % n
+        rvs.append(call.irecv(out[offs[q]:offs[q + 1]], q))
+    for k in range(1, n):
+        call.isend(buf, (r + k) % n)
+    call.waitall(rvs)

@@ -1,0 +1,94 @@
+"""Hierarchical all-reduce for multi-host jobs: within hosts over shared memory, across by ring.
+
+Steps (H hosts, L ranks on a host, the lowest rank of each host is its leader):
+  1. binomial reduce to the leader inside each host (shared memory), with
+     reduce-receives where the reduction has a C loop (see reduce.py);
+  2. ring all-reduce among the H leaders (the network);
+  3. binomial (small) or pipelined (large) broadcast from the leader
+     inside each host.
+Each step runs on a communicator derived once and cached: the host group
+and the leaders' group, each with its own context.
+
+Cost: 2·ceil(log2 L)·(α_shm + K·β_shm) + ceil(log2 L)·K·γ
+      + ring(H, K) with the network's α, β (``params.net()``).
+Only the leaders' K·2(H-1)/H bytes cross the network (instead of every
+rank's); bytes inside a host are as for reduce_bcast.
+"""
+import math
+
+from commrt.collectives._engine import Call
+from commrt.collectives.all_reduce import ring
+from commrt.collectives.broadcast import binomial as bcast_binomial
+from commrt.collectives.broadcast import pipeline as bcast_pipeline
+from commrt.collectives.reduce import binomial as reduce_binomial
+
+# Test seam: a function (comm, rank) -> host id, replacing comm.host_of.
+HOST_OF = None
+
+
+TIE = 7
+LINKS = True     # costs its steps inside a host and among the leaders itself
+
+
+def host_groups(comm):
+    """Ranks grouped by host, groups ordered by their lowest rank."""
+    host_of = HOST_OF or (lambda c, q: c.host_of(q))
+    groups = {}
+    for q in range(comm.size):
+        groups.setdefault(host_of(comm, q), []).append(q)
+    return sorted(groups.values())
+
+
+def eligible(comm):
+    """Only for ranks on several hosts with more than one rank on some host."""
+    groups = host_groups(comm)
+    return len(groups) > 1 and any(len(g) > 1 for g in groups)
+
+
+def cost(n, nbytes, p, comm=None, groups=None):
+    if n == 1:
+        return 0.0
+    if groups is None and comm is not None:
+        groups = host_groups(comm)
+    if not groups:
+        return float("inf")
+    local = max(len(g) for g in groups)
+    steps = math.ceil(math.log2(local)) if local > 1 else 0
+    return (2 * steps * (p.nseg(nbytes) * p.alpha + nbytes * p.beta) + steps * nbytes * p.gamma
+            + ring.cost(len(groups), nbytes, p.net()))
+
+
+def communicators(call):
+    """(host communicator, leaders' communicator or None), derived once per communicator."""
+    comm = call.comm
+    cached = call.state.cache.get("hierarchical")
+    if cached is None:
+        groups = host_groups(comm)
+        mine = next(g for g in groups if comm.rank in g)
+        local = comm._derive(mine, ("hierarchical-host", mine[0]))
+        leaders = comm._derive([g[0] for g in groups], ("hierarchical-leaders",))
+        cached = call.state.cache["hierarchical"] = (local, leaders)
+    return cached
+
+
+def run(call, buf, red):
+    if call.size == 1:
+        return
+    local, leaders = communicators(call)
+    kw = dict(count=call.count, dtype=call.dtype, op=call.op, timeout=call.timeout)
+    if local.size > 1:
+        sub = Call(local, "reduce", algo="binomial", **kw)
+        sub.start()
+        reduce_binomial.reduce_to(sub, buf, 0, red, acc=buf)
+        sub.end()
+    if leaders is not None and leaders.size > 1:
+        sub = Call(leaders, "all_reduce", algo="ring", **kw)
+        sub.start()
+        ring.run(sub, buf, red)
+        sub.end()
+    if local.size > 1:
+        algo = "pipeline" if buf.nbytes >= 1 << 20 else "binomial"
+        sub = Call(local, "broadcast", algo=algo, **kw)
+        sub.start()
+        (bcast_pipeline if algo == "pipeline" else bcast_binomial).run(sub, buf, 0)
+        sub.end()

@@ -1,0 +1,70 @@
+"""Parameter-server all-reduce: everyone sends to rank 0, which reduces and sends back.
+
+Steps, per segment of COMMRT_RING_SEGMENT_BYTES (so the root's scratch is
+(N-1) segments, N-2 with a C loop, and reducing one segment overlaps
+receiving the next):
+  1. every rank r > 0 sends the segment to rank 0;
+  2. rank 0 receives the N-1 copies and reduces them into its own with one
+     pass (float16 accumulates in float32 across all of them); where the
+     reduction has a C loop rank 1's copy is combined as it lands instead
+     (reduce-receive), and the pass takes the others;
+  3. rank 0 sends the result to every rank.
+Cost: 2α + (N-1)·K·(β + γ) + K·β (+α per further segment message): the root
+receives and reduces everything, then the others copy the result at once.
+Bytes: the root sends and receives (N-1)·K; every other rank sends and
+receives K.  Simple and the best at N = 2 for mid sizes on some transports.
+"""
+from commrt.collectives._engine import seg_elems, segments
+
+
+TIE = 6
+
+
+def cost(n, nbytes, p, comm=None):
+    if n == 1:
+        return 0.0
+    # the root's messages beyond one step each way
+    lat = 2 * p.step(n) + (2 * (n - 1) * p.nseg(nbytes) - 2) * p.alpha
+    g = p.g(min(nbytes, p.segment) * (n - 1))  # one pass over the N-1 copies of a segment
+    crit = (n - 1) * nbytes * (p.beta + g) + nbytes * p.beta
+    return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
+
+
+def run(call, buf, red):
+    n, r = call.size, call.rank
+    if n == 1:
+        return
+    pieces = segments(0, buf.size, seg_elems(buf.itemsize))
+    if r != 0:
+        for lo, hi in pieces:
+            call.isend(buf[lo:hi], 0)
+        # rank 0 sends a result segment only after receiving ours: safe to land in buf
+        rvs = [call.irecv(buf[lo:hi], 0) for lo, hi in pieces]
+        call.waitall(rvs)
+        return
+    width = pieces[0][1] - pieces[0][0]
+    # With a C loop rank 1's segment is combined into buf[lo:hi] as it lands
+    # (first, as it is the first source of the one pass): no send reads that
+    # segment before all its copies are in; the other ranks' land in scratch,
+    # disjoint, and the pass adds them after it in rank order.
+    first = 2 if red.lands else 1
+    tmps = [[call.state.scratch(("ps", k, q), width, buf.dtype) for q in range(first, n)]
+            for k in (0, 1)]
+
+    def post(i):
+        lo, hi = pieces[i]
+        rvs = [call.irecv_combine(buf[lo:hi], 1, red, None)] if red.lands else []
+        return rvs + [call.irecv(t[: hi - lo], q) for t, q in zip(tmps[i % 2], range(first, n))]
+
+    nxt = post(0)
+    for i, (lo, hi) in enumerate(pieces):
+        cur = nxt
+        if i + 1 < len(pieces):
+            nxt = post(i + 1)
+        if red.lands:
+            call.wait_combine(cur[0])
+        call.waitall(cur[1:] if red.lands else cur)
+        if first < n:
+            red.many(buf[lo:hi], [t[: hi - lo] for t in tmps[i % 2]])
+        for q in range(1, n):
+            call.isend(buf[lo:hi], q)

@@ -1,0 +1,67 @@
+"""Ring all-reduce: reduce-scatter then all-gather around a ring, segmented.
+
+Steps (N ranks, K bytes, chunk c = c-th of N near-equal parts, right = r+1,
+left = r-1, all mod N):
+  1. reduce-scatter, N-1 steps: at step s rank r sends chunk r-s to the
+     right and receives chunk r-s-1 from the left, reducing it into its own.
+     This is reduce_scatter/ring.in_place (shared with the ring reduce):
+     each chunk travels in segments (COMMRT_RING_SEGMENT_BYTES), each
+     combined and sent on as soon as it arrives, so reducing one segment
+     overlaps moving the next; combines that land in place are all posted
+     up front, otherwise segments land in a few scratch slots in cache.
+  2. rank r now holds chunk r+1 fully reduced.
+  3. all-gather, N-1 steps: rank r sends chunk r+1-s, receives chunk r-s
+     straight into its buffer, and forwards each segment as it lands.
+Every chunk is reduced by exactly one rank, so all ranks end bitwise equal.
+
+Cost: 2(N-1)·α + 2·(N-1)/N·K·β + (N-1)/N·K·γ  (bandwidth-optimal; latency
+grows with N).  Bytes sent per rank: 2K - |chunk r+1| - |chunk r+2|, i.e.
+2(N-1)/N·K when N divides the count.
+"""
+from commrt.collectives._engine import seg_elems, segments
+from commrt.collectives.reduce_scatter import ring as ring_rs
+
+
+TIE = 2
+# across hosts the ring's block placement sends one stream per host and direction
+NET_SHARE = 1
+
+
+def cost(n, nbytes, p, comm=None):
+    if n == 1:
+        return 0.0
+    chunk = nbytes / n
+    # every segment of every step waits on the left neighbour: with more ranks
+    # than cores each such wait is a context switch (α_busy), not just a message
+    lat = 2 * (n - 1) * p.nseg(chunk) * p.step(n)
+    crit = (n - 1) * chunk * (2 * p.beta + p.g(min(chunk, p.segment)))
+    return p.time(n, lat, crit, n * crit)
+
+
+def run(call, buf, red):
+    n_ranks, r = call.size, call.rank
+    if n_ranks == 1:
+        return
+    right, left = (r + 1) % n_ranks, (r - 1) % n_ranks
+    seg = seg_elems(buf.itemsize)
+
+    # 1. reduce-scatter
+    b = ring_rs.in_place(call, buf, red)
+
+    def pieces(c):
+        return segments(b[c], b[c + 1], seg)
+
+    # 2. chunk r+1 is complete here
+    own = (r + 1) % n_ranks
+    # 3. all-gather: receives land in chunks whose sends must have completed
+    call.wait_sends()
+    posted = [[(lo, hi, call.irecv(buf[lo:hi], left)) for lo, hi in pieces((r - s) % n_ranks)]
+              for s in range(n_ranks - 1)]
+    for lo, hi in pieces(own):
+        call.isend(buf[lo:hi], right)
+    for s in range(n_ranks - 1):
+        fwd = s < n_ranks - 2
+        for lo, hi, rv in posted[s]:
+            call.wait(rv)
+            if fwd:
+                call.isend(buf[lo:hi], right)

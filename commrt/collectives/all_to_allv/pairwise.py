@@ -1,0 +1,25 @@
+"""Pairwise all_to_allv.
+
+Post the N-1 receives (recv_counts[q] elements from rank q into its place in
+out), send send_counts[q] elements to each rank q = r+k, k = 1 .. N-1
+(staggered so no rank is everyone's first target), copy one's own block.
+Empty blocks are sent too: counts that disagree are a size mismatch.
+Cost: (N-1)·α + max(bytes in, bytes out)·β.  Bytes sent per rank: the sum
+of send_counts less one's own.
+"""
+from commrt.collectives._engine import offsets
+
+
+def cost(n, nbytes, p, comm=None):
+    return 0.0 if n == 1 else (n - 1) * p.alpha + nbytes * p.beta
+
+
+def run(call, out, buf, send_counts, recv_counts):
+    n, r = call.size, call.rank
+    so, ro = offsets(send_counts), offsets(recv_counts)
+    rvs = [call.irecv(out[ro[q]:ro[q + 1]], q) for q in range(n) if q != r]
+    for k in range(1, n):
+        q = (r + k) % n
+        call.isend(buf[so[q]:so[q + 1]], q)
+    out[ro[r]:ro[r + 1]] = buf[so[r]:so[r + 1]]
+    call.waitall(rvs)

@@ -1,0 +1,37 @@
+"""Dissemination barrier.
+
+For k = 0, 1, ... while 2^k < N: send an empty message to rank r + 2^k and
+receive one from rank r - 2^k.  After ceil(log2 N) rounds every rank has
+heard, directly or not, from every other.
+Cost: ceil(log2 N)·α.  Bytes: none (headers only).
+"""
+import math
+
+import numpy as np
+
+from commrt.collectives.registry import Msg
+
+_EMPTY = np.zeros(0, np.uint8)
+
+
+def cost(n, nbytes, p, comm=None):
+    return 0.0 if n == 1 else math.ceil(math.log2(n)) * p.alpha
+
+
+def schedule(n, rank, count=0, root=0):
+    steps = []
+    d = 1
+    while d < n:
+        steps.append([Msg("recv", (rank - d) % n, 0, 0), Msg("send", (rank + d) % n, 0, 0)])
+        d <<= 1
+    return steps
+
+
+def run(call):
+    n, r = call.size, call.rank
+    d = 1
+    while d < n:
+        rv = call.irecv(np.zeros(0, np.uint8), (r - d) % n)
+        call.isend(_EMPTY, (r + d) % n)
+        call.wait(rv)
+        d <<= 1

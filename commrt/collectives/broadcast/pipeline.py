@@ -1,0 +1,37 @@
+"""Pipelined chain broadcast (large messages).
+
+A chain root -> root+1 -> ... -> root-1 in segments of
+COMMRT_RING_SEGMENT_BYTES (C segments): each rank forwards a segment as soon
+as it lands, so all links are busy at once.
+Cost: (N - 2 + C)·(α + K/C·β) ~ K·β for large K.  Bytes: every rank but
+the last in the chain sends K; every rank but the root receives K.
+"""
+from commrt.collectives._engine import seg_elems, segments
+
+TIE = 1
+
+
+def cost(n, nbytes, p, comm=None):
+    if n == 1:
+        return 0.0
+    c = p.nseg(nbytes)
+    return (n - 2 + c) * (p.alpha + nbytes / c * p.beta) * p.rho(n)
+
+
+def run(call, buf, root):
+    n, r = call.size, call.rank
+    if n == 1:
+        return
+    v = (r - root) % n
+    prev, nxt = (r - 1) % n, (r + 1) % n
+    pieces = segments(0, buf.size, seg_elems(buf.itemsize))
+    last = v == n - 1
+    if v == 0:
+        for lo, hi in pieces:
+            call.isend(buf[lo:hi], nxt)
+        return
+    posted = [(lo, hi, call.irecv(buf[lo:hi], prev)) for lo, hi in pieces]
+    for lo, hi, rv in posted:
+        call.wait(rv)
+        if not last:
+            call.isend(buf[lo:hi], nxt)

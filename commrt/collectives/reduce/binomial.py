@@ -1,0 +1,61 @@
+"""Binomial reduce (small messages).
+
+Relative rank v = (r - root) mod N.  For mask = 1, 2, 4, ...: a rank with
+v & mask sends its partial result to v - mask and stops; otherwise it
+receives the partial result of v + mask (if it exists) and combines it in
+(Call.recv_combine: as it lands where the reduction has a C loop), one child
+after another in mask order.  Internal non-root nodes accumulate in
+scratch, so non-root buffers stay unchanged.
+Cost: ceil(log2 N)·(α + K·β + K·γ).  Bytes: every non-root sends K once;
+the root receives ceil(log2 N)·K at most.
+"""
+import math
+
+from commrt.collectives.registry import Msg
+
+TIE = 0
+
+
+def cost(n, nbytes, p, comm=None):
+    if n == 1:
+        return 0.0
+    return math.ceil(math.log2(n)) * (p.nseg(nbytes) * p.alpha + nbytes * (p.beta + p.gamma))
+
+
+def schedule(n, rank, count, root=0):
+    v = (rank - root) % n
+    steps = []
+    mask = 1
+    while mask < n:
+        if v & mask:
+            steps.append([Msg("send", (rank - mask) % n, 0, count)])
+            break
+        if v + mask < n:
+            steps.append([Msg("combine", (rank + mask) % n, 0, count)])
+        mask <<= 1
+    return steps
+
+
+def reduce_to(call, buf, root, red, acc=None):
+    """Binomial reduce of buf to root.  acc: where a non-root internal node may
+    accumulate (default: a scratch copy, so buf stays unchanged); pass buf to
+    reduce in place (reduce_bcast, hierarchical)."""
+    n, r = call.size, call.rank
+    v = (r - root) % n
+    cur = buf
+    mask = 1
+    while mask < n:
+        if v & mask:
+            call.isend(cur, (r - mask) % n)
+            return
+        if v + mask < n:
+            if cur is buf and v != 0 and acc is not buf:
+                cur = call.state.scratch("bin_acc", buf.size, buf.dtype)
+                cur[...] = buf
+            call.recv_combine(cur, (r + mask) % n, red, "bin_tmp")
+        mask <<= 1
+
+
+def run(call, buf, root, red):
+    if call.size > 1:
+        reduce_to(call, buf, root, red)

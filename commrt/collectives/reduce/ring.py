@@ -1,0 +1,40 @@
+"""Ring reduce (large messages: Rabenseifner's reduce).
+
+The in-place ring reduce-scatter (reduce_scatter/ring.py, on a scratch copy
+at non-roots) leaves each rank one chunk of N fully reduced; each sends it
+to the root, which receives every other chunk straight into its buffer.
+Cost: (N-1)·α + (N-1)/N·K·β + (N-1)/N·K·γ  +  α + K/N·β (gather; the root
+receives N-1 chunks).  Bytes: each non-root sends (N-1)/N·K + K/N (less its
+own chunk sizes when N does not divide the count).
+"""
+from commrt.collectives.reduce_scatter import ring as ring_rs
+
+TIE = 1
+
+
+def cost(n, nbytes, p, comm=None):
+    if n == 1:
+        return 0.0
+    chunk = nbytes / n
+    step = p.nseg(chunk) * p.alpha + chunk * p.beta
+    return p.rho(n) * ((n - 1) * (step + chunk * p.gamma)) + (n - 1) * chunk * p.beta + p.alpha
+
+
+def run(call, buf, root, red):
+    n, r = call.size, call.rank
+    if n == 1:
+        return
+    if r == root:
+        work = buf
+    else:
+        work = call.state.scratch("red_work", buf.size, buf.dtype)
+        work[...] = buf
+    b = ring_rs.in_place(call, work, red)
+    # rank q owns chunk q+1: send it to the root, which receives every other chunk
+    own = (r + 1) % n
+    if r != root:
+        call.isend(work[b[own]:b[own + 1]], root)
+    else:
+        call.wait_sends()
+        rvs = [call.irecv(buf[b[(q + 1) % n]:b[(q + 1) % n + 1]], q) for q in range(n) if q != root]
+        call.waitall(rvs)
