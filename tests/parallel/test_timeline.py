@@ -34,15 +34,12 @@ def test_disabled_spans_cost_next_to_nothing(fresh_timeline, monkeypatch):
     monkeypatch.delenv("COMMRT_TIMELINE", raising=False)
     assert not timeline.enabled()
     assert timeline.span("x") is timeline.span("y", "wait")       # one shared no-op
-    n = 200_000
-    t0 = time.perf_counter()
-    for _ in range(n):
-        with timeline.span("forward", "compute"):
-            pass
-    per_span = (time.perf_counter() - t0) / n
-    assert per_span < 5e-6, per_span          # ~0.2 us unloaded; generous for a busy machine
+    # (what a disabled span costs is a benchmark's question, not a test's)
+    with timeline.span("forward", "compute"):
+        pass
     timeline.record("r", "wait", 0, 10)       # no-ops
     timeline.instant("i")
+    assert timeline.get() is None and not timeline.enabled()
 
 
 def test_spans_nest_and_save_as_chrome_trace(fresh_timeline, tmp_path):
