@@ -44,6 +44,77 @@ def wait_all(requests, timeout=None):
     return statuses
 
 
+class Channel:
+    """What the collectives layer (commrt.collectives) uses of a Communicator: its
+    own context for collective traffic, and the few operations beyond the public
+    point-to-point API that the algorithms need.  ``comm.channel`` gives it; the
+    collectives touch nothing else of the Communicator (docs/algorithms.md lists
+    these methods).  Ranks are the communicator's.
+
+        rank, size, state          this rank, the group's size, the dict where the
+                                   collectives keep their per-communicator state
+        host_of(q), transport_of(q), world_rank(q)
+        parent                     the channel of the communicator this one was
+                                   derived from, or None (cost parameters are shared)
+        isend(buf, dst, tag, meta) -> Request
+        irecv(buf, src, tag) -> Request          (src -1: any)
+        irecv_reduce(buf, src, tag, meta, hook) -> Request
+                                   a receive that combines the message into buf as
+                                   it lands with the C loop at hook, and only the
+                                   message with this meta and buf's size
+        exchange(sbuf, dst, rbuf, src, tag, meta, wait, hook=0) -> (recv, send)
+                                   a pairwise step in one transport call, its
+                                   receive waited for up to `wait` seconds
+        exchange_chain(steps, tmp, count, tag, nbytes=-1, itemsize=0)
+                                   a persistent chain of such steps (prepared plans)
+        abort(reason)              fail every pending and later receive on the
+                                   collective context, here and on every rank
+        derive(ranks, salt) -> Communicator | None
+                                   a sub-communicator every member derives alike
+    """
+    __slots__ = ("_comm", "_coll", "rank", "size", "state")
+
+    def __init__(self, comm):
+        self._comm = comm
+        self._coll = comm._coll
+        self.rank, self.size, self.state = comm.rank, comm.size, comm.state
+
+    @property
+    def parent(self):
+        p = self._comm._parent
+        return None if p is None else p.channel
+
+    def host_of(self, q):
+        return self._comm.host_of(q)
+
+    def transport_of(self, q):
+        return self._comm.transport_of(q)
+
+    def world_rank(self, q):
+        return self._comm.world_rank(q)
+
+    def isend(self, buf, dst, tag, meta=0):
+        return self._coll.isend(buf, dst, tag, meta=meta)
+
+    def irecv(self, buf, src, tag):
+        return self._coll.irecv(buf, src, tag)
+
+    def irecv_reduce(self, buf, src, tag, meta, hook):
+        return self._coll._irecv_reduce(buf, src, tag, meta, hook)
+
+    def exchange(self, sbuf, dst, rbuf, src, tag, meta, wait, hook=0):
+        return self._coll._exchange(sbuf, dst, rbuf, src, tag, meta, wait, hook)
+
+    def exchange_chain(self, steps, tmp, count, tag, nbytes=-1, itemsize=0):
+        return self._coll._exchange_chain(steps, tmp, count, tag, nbytes, itemsize)
+
+    def abort(self, reason):
+        self._coll._abort(reason)
+
+    def derive(self, ranks, salt):
+        return self._comm._derive(ranks, salt)
+
+
 class Communicator:
     """A group of ranks that exchange messages.
 
@@ -67,6 +138,7 @@ class Communicator:
         self._derive_lock = threading.Lock()
         self._closed = False
         self.state = {}                       # per-communicator state of the collectives layer
+        self._channel = None
 
     # ------------------------------------------------------------ helpers
     def _peer(self, r, what):
@@ -197,6 +269,14 @@ class Communicator:
 
     # ------------------------------------------------------------ derived communicators
     @property
+    def channel(self):
+        """The Channel the collectives layer speaks through (see Channel)."""
+        ch = self._channel
+        if ch is None:
+            ch = self._channel = Channel(self)
+        return ch
+
+    @property
     def _coll(self):
         """The same group in its own context, for collective traffic."""
         if self._coll_comm is None:
@@ -231,6 +311,9 @@ class Communicator:
         self._engine.abort(self._ctx, [self._world[r] for r in targets], reason)
 
     # ------------------------------------------------------------ collectives
+    # Thin delegations to commrt.collectives (same arguments), imported on first
+    # use: this layer is below the collectives and never imports them at load
+    # time; they reach back only through self.channel.
     def barrier(self, **kw):
         return _coll().barrier(self, **kw)
 

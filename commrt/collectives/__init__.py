@@ -571,7 +571,7 @@ def split(comm, color, key=None):
     if c < 0:
         return None
     members = sorted((int(table[q, 1]), q) for q in range(comm.size) if table[q, 0] == c)
-    return comm._derive([q for _, q in members], ("split", call.seq, c))
+    return comm.channel.derive([q for _, q in members], ("split", call.seq, c))
 
 
 def new_group(comm, ranks):
@@ -596,4 +596,4 @@ def new_group(comm, ranks):
     if differ:
         raise CollectiveMismatchError(f"new_group: rank {comm.rank} passed {ranks}; ranks "
                                       f"{differ} passed other lists")
-    return comm._derive(ranks, ("group", call.seq))
+    return comm.channel.derive(ranks, ("group", call.seq))

@@ -4,7 +4,8 @@ per-communicator worker that runs ``async_op=True`` collectives in order.
 
 Rules the algorithms follow (and this module enforces):
 
-* Traffic goes on ``comm._coll`` (its own context), tag ``TAG``.  Between
+* Traffic goes through ``comm.channel`` (commrt.comm.Channel: the
+  communicator's own context for collectives), tag ``TAG``.  Between
   two ranks messages of one (context, tag) match in the order sent, so an
   algorithm only has to post its receives from one peer in the order that
   peer sends.
@@ -13,7 +14,7 @@ Rules the algorithms follow (and this module enforces):
   Every message carries the fingerprint packed in the header's 64-bit
   ``meta``; every receive checks it and the payload size.  A difference is
   a mismatch: the rank that sees it aborts the collective context on every
-  rank (``comm._abort``), so each one raises CollectiveMismatchError naming
+  rank (``Channel.abort``), so each one raises CollectiveMismatchError naming
   both calls, and the context stays poisoned (later collectives raise too).
 * Two mismatched calls can also leave ranks waiting on each other with no
   message in flight (rank 0 in reduce waiting on rank 1, rank 1 in
@@ -324,7 +325,7 @@ class Call:
             raise CollectiveMismatchError(f"communicator unusable after an earlier collective "
                                           f"mismatch: {st.poisoned}")
         self.comm = comm
-        self.coll = comm._coll
+        self.chan = comm.channel
         self.state = st
         self.rank, self.size = comm.rank, comm.size
         resumed = seq is not None
@@ -374,18 +375,18 @@ class Call:
 
     # messages ------------------------------------------------------------------------
     def isend(self, buf, dst):
-        req = self.coll.isend(buf, dst, TAG, meta=self.meta)
+        req = self.chan.isend(buf, dst, TAG, self.meta)
         self.sends.append(req)
         return req
 
     def irecv(self, buf, src):
-        return Recv(self.coll.irecv(buf, src, TAG), src, buf.nbytes)
+        return Recv(self.chan.irecv(buf, src, TAG), src, buf.nbytes)
 
     def irecv_reduce(self, buf, src, hook):
         """Receive into buf combining (buf = buf OP message) as the data lands, with
         the C loop at address hook (``reduce.hook``); checked by wait like any
         receive, and buf is untouched unless the message is the one expected."""
-        return Recv(self.coll._irecv_reduce(buf, src, TAG, self.meta, hook), src, buf.nbytes)
+        return Recv(self.chan.irecv_reduce(buf, src, TAG, self.meta, hook), src, buf.nbytes)
 
     def recv(self, buf, src):
         self.wait(self.irecv(buf, src))
@@ -430,7 +431,7 @@ class Call:
         # wait spins); complete_exchange then waits without spinning
         wait = self.probe_s if self.spin else 0.0
         try:
-            rq, sq = self.coll._exchange(sbuf, dst, rbuf, src, TAG, self.meta, wait, hook)
+            rq, sq = self.chan.exchange(sbuf, dst, rbuf, src, TAG, self.meta, wait, hook)
         except CommError as exc:
             self._failed(exc, src)
         return self.complete_exchange(rq, sq, src, rbuf.nbytes)
@@ -510,7 +511,7 @@ class Call:
             if self.state.poisoned is None:
                 self.state.poisoned = reason
                 try:
-                    self.coll._abort(reason)
+                    self.chan.abort(reason)
                 except CommError:
                     pass
             raise exc
@@ -520,7 +521,8 @@ class Call:
         raise exc
 
     def _mismatch(self, src, meta, nbytes, expected):
-        self._abort("collective mismatch: " + self._differs(src, meta, nbytes, expected))
+        reason = self._differs(src, meta, nbytes, expected)
+        self._abort_everywhere(f"collective mismatch: {reason}")
 
     def _differs(self, src, meta, nbytes, expected):
         """What differs between this call and the message of rank src (meta, nbytes)
@@ -553,10 +555,10 @@ class Call:
             return f"{nbytes} B"
         return f"{nbytes} B ({nbytes // dt.itemsize} x {dt.name})"
 
-    def _abort(self, reason):
+    def _abort_everywhere(self, reason):
         self.state.poisoned = reason
         try:
-            self.coll._abort(reason)
+            self.chan.abort(reason)
         except CommError:
             pass
         raise CollectiveMismatchError(reason)
@@ -568,7 +570,7 @@ class Call:
         if peer is not None:
             msg = np.array([self.meta, self.count], np.uint64)
             try:
-                self.coll.isend(msg, peer, PROBE_TAG, meta=self.meta)
+                self.chan.isend(msg, peer, PROBE_TAG, self.meta)
             except CommError:
                 pass
         check_probes(st, self)
@@ -580,10 +582,10 @@ def check_probes(st, call):
     ignored (the prober is only waiting for a slower rank)."""
     from commrt.errors import CommError as _CE
 
-    coll = call.coll
+    chan = call.chan
     while True:
         if st.probe_req is None:
-            st.probe_req = coll.irecv(st.probe_buf, -1, PROBE_TAG)
+            st.probe_req = chan.irecv(st.probe_buf, -1, PROBE_TAG)
         try:
             if not st.probe_req.test():
                 return
@@ -606,7 +608,7 @@ def check_probes(st, call):
                       f"{describe_meta(meta, count)}; rank {status.source} called "
                       f"{describe_meta(their_meta, their_count)} "
                       f"[{', '.join(_diff(meta, their_meta)) or 'count'} differ]")
-            call._abort(reason)
+            call._abort_everywhere(reason)
 
 
 # -- running a collective -------------------------------------------------------------

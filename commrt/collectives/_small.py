@@ -8,7 +8,7 @@ times the transport's own latency.  Here, the first call of a given
 (shape, dtype, op) on a communicator that the cost model sends to
 recursive doubling prepares a Plan: the fingerprint without its sequence
 number, the partner and operand order of each step, a scratch buffer, and a
-persistent exchange chain (``Communicator._exchange_chain``) bound to them,
+persistent exchange chain (``Channel.exchange_chain``) bound to them,
 whose steps end with the kernels' C combine loop for (op, dtype) with the
 lower rank's operand first (``commrt.kernels.combine_address``).  Later
 calls only stamp the sequence number and run the chain: one C call that,
@@ -82,7 +82,7 @@ class Plan:
                 hooks = [0] * len(steps)
                 self.fused = False
                 self.combine = lambda b, t, first: _combine(ufunc, b, t, first)
-        self.chain = comm._coll._exchange_chain(
+        self.chain = comm.channel.exchange_chain(
             [(dst, src, h) for (dst, src, _), h in zip(steps, hooks)], self.tmp, self.count, TAG)
         self.wait = min(st.probe_s, st.timeout)
         self.avg = avg
@@ -108,7 +108,7 @@ class RangedPlan:
         self.nsteps = len(steps)
         self.hook = hook
         isz = buf.itemsize
-        self.chain = comm._coll._exchange_chain(
+        self.chain = comm.channel.exchange_chain(
             [(p, p, s0 * isz, (s1 - s0) * isz, r0 * isz, (r1 - r0) * isz, hook if red else 0)
              for p, s0, s1, r0, r1, red in steps], None, 0, TAG, buf.nbytes, isz)
         self.fused = True

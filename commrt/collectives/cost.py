@@ -63,7 +63,10 @@ from commrt import config
 from commrt.rendezvous import netif
 
 
-CACHE_VERSION = 7   # 7: γ of the C combine loop, not Numba's; 6: the network class (α_net, β_net) and the link in the key; 5: shm streams in 64 KiB chunks (β changed); 4: below COMMRT_CMA_MIN_BYTES streams
+# 7: γ of the C combine loop, not Numba's; 6: the network class (α_net, β_net) and
+# the link in the key; 5: shm streams in 64 KiB chunks (β changed); 4: below
+# COMMRT_CMA_MIN_BYTES streams
+CACHE_VERSION = 7
 GAMMA_SMALL, GAMMA_LARGE = 1 << 20, 16 << 20   # sizes γ and γ_mem are measured at
 NOISY = 3.0   # α's lower quartile over its fastest sample beyond which the host was busy
 
@@ -306,14 +309,14 @@ def params(comm, timeout=None, serving=None):
     call a collective with algorithm=None)."""
     from commrt.collectives._engine import Call, execute, state_of
 
-    c = comm
+    c = comm.channel                    # this communicator, then those it came from
     while c is not None:
         p = state_of(c).cache.get("cost")
         if p is not None:
-            if c is not comm:
+            if c is not comm.channel:
                 state_of(comm).cache["cost"] = p
             return p
-        c = getattr(c, "_parent", None)
+        c = c.parent
     if comm.size == 1:
         p = Params(0.0, 0.0, _measure_gamma()[0], _measure_mu(), cores=_cores(),
                    transport="self", source="size 1")

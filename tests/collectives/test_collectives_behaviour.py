@@ -179,7 +179,7 @@ def test_cost_model_choice_agrees_and_override(w5):
     assert p["alpha"] > 0 and p["beta"] > 0 and p["gamma"] > 0
     assert all(r[1] == p for r in res), "every rank must use rank 0's parameters"
     big = w5.run(R.choose, 64 << 20)
-    assert big[0][0] in ("ring", "rabenseifner", "tree", "ps", "reduce_bcast")
+    assert big[0][0] in ("ring", "rabenseifner", "tree", "dbtree", "ps", "reduce_bcast"), big[0][0]
     forced = w5.run(R.choose, 64 << 20, "tree")
     assert all(r[0] == "tree" for r in forced)
 

@@ -23,7 +23,8 @@ def schedule(n, rank, count, root=0):
     steps = []
     for s in range(n - 1):
         c, d = (rank - s) % n, (rank - s - 1) % n
-        steps.append([Msg("send", right, c * m, (c + 1) * m), Msg("recv", left, d * m, (d + 1) * m)])
+        steps.append([Msg("send", right, c * m, (c + 1) * m),
+                      Msg("recv", left, d * m, (d + 1) * m)])
     return steps
 
 

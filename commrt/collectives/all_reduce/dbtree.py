@@ -102,7 +102,7 @@ def communicators(call):
     if cached is None:
         ranks = list(range(call.size))
         cached = call.state.cache["dbtree"] = tuple(
-            call.comm._derive(ranks, ("dbtree", t)) for t in (0, 1))
+            call.comm.channel.derive(ranks, ("dbtree", t)) for t in (0, 1))
     return cached
 
 

@@ -65,8 +65,8 @@ def communicators(call):
     if cached is None:
         groups = host_groups(comm)
         mine = next(g for g in groups if comm.rank in g)
-        local = comm._derive(mine, ("hierarchical-host", mine[0]))
-        leaders = comm._derive([g[0] for g in groups], ("hierarchical-leaders",))
+        local = comm.channel.derive(mine, ("hierarchical-host", mine[0]))
+        leaders = comm.channel.derive([g[0] for g in groups], ("hierarchical-leaders",))
         cached = call.state.cache["hierarchical"] = (local, leaders)
     return cached
 
