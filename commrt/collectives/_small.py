@@ -183,8 +183,10 @@ def prepare_barrier(comm, st):
 
 
 def _keep(st, key, plan):
-    if len(st.small) >= MAX_PLANS:
-        st.small.clear()
+    """Keep a plan, the oldest one making room beyond MAX_PLANS (a plan holds a
+    chain and a scratch buffer: the cache must stay bounded)."""
+    if key not in st.small and len(st.small) >= MAX_PLANS:
+        del st.small[next(iter(st.small))]
     st.small[key] = plan
 
 

@@ -407,6 +407,9 @@ def cheapest(pred):
     return next(name for name, t in pred.items() if t <= lo * (1 + 1e-9))
 
 
+MAX_CHOICES = 4096       # remembered choices per collective and communicator
+
+
 def choose(collective, comm, nbytes, timeout=None):
     """The algorithm of `collective` for nbytes on comm: COMMRT_<COLLECTIVE>_ALGO,
     else the cheapest by the model (memoised per size; the same on every rank).
@@ -425,6 +428,8 @@ def choose(collective, comm, nbytes, timeout=None):
         memo = state_of(comm).cache[("choice", collective)] = {}
     algo = memo.get(nbytes)
     if algo is None:
+        if len(memo) >= MAX_CHOICES:      # bounded: sizes vary without end in some jobs
+            memo.clear()
         p = params(comm, timeout, serving=collective)
         algo = memo[nbytes] = cheapest(predict(collective, comm, nbytes, p))
     return algo
