@@ -6,8 +6,9 @@ path spends several microseconds in Python before its first message
 (argument checks, the reducer, the cost model, a Call object), several
 times the transport's own latency.  Here, the first call of a given
 (shape, dtype, op) on a communicator that the cost model sends to
-recursive doubling prepares a Plan: the fingerprint without its sequence
-number, the partner and operand order of each step, a scratch buffer, and a
+recursive doubling prepares a Plan from that algorithm's own ``schedule``
+(registry.Msg steps): the fingerprint without its sequence number, the
+partner and operand order of each step, a scratch buffer, and a
 persistent exchange chain (``Channel.exchange_chain``) bound to them,
 whose steps end with the kernels' C combine loop for (op, dtype) with the
 lower rank's operand first (``commrt.kernels.combine_address``).  Later
@@ -19,7 +20,7 @@ time and a NumPy ufunc combines (``commrt.kernels.reduce.binary_ufunc``).
 A larger all-reduce that the cost model sends to Rabenseifner gets a plan
 too, on a power-of-two world when the reduction has a C loop (RangedPlan):
 its halving and doubling steps are ranged chain steps over the buffer itself
-(``all_reduce/rabenseifner.steps``), each halving receive a
+(``all_reduce/rabenseifner.schedule``), each halving receive a
 reduce-receive, so the whole call is again one C call with no scratch, and
 its messages are exactly the general path's.
 
@@ -142,19 +143,18 @@ def prepare(comm, st, buf, key, op):
     ufunc = binary_ufunc("sum" if avg else op.kernel, buf.dtype)
     if ufunc is None:
         return
-    # exchange with r XOR mask; the lower rank's partial result is the left operand
-    steps = []
-    mask = 1
-    while mask < n:
-        steps.append((r ^ mask, r ^ mask, r < r ^ mask))
-        mask <<= 1
+    # the algorithm's own schedule: exchange with r XOR 2^k; the lower rank's
+    # partial result is the left operand
+    from commrt.collectives.all_reduce.recursive_doubling import schedule
+
+    steps = [(snd.peer, rcv.peer, r < rcv.peer) for snd, rcv in _pairs(schedule(n, r, buf.size))]
     kernel = "sum" if avg else op.kernel
     _keep(st, key, Plan(comm, st, "all_reduce", ALGO, buf, op, kernel, ufunc, avg, steps))
 
 
 def prepare_rabenseifner(comm, st, buf, key, op, hook):
     """Remember a RangedPlan for all-reduces like this one, where it applies."""
-    from commrt.collectives.all_reduce.rabenseifner import steps as schedule
+    from commrt.collectives.all_reduce.rabenseifner import schedule
 
     n = comm.size
     if n < 2 or n & (n - 1) or not hook or buf.dtype not in DTYPE_CODE:
@@ -163,23 +163,34 @@ def prepare_rabenseifner(comm, st, buf, key, op, hook):
         return
     if not (buf.flags.c_contiguous and buf.flags.writeable):
         return
-    steps = schedule(n, comm.rank, buf.size)
+    steps = [(snd.peer, snd.lo, snd.hi, rcv.lo, rcv.hi, rcv.op == "combine")
+             for snd, rcv in _pairs(schedule(n, comm.rank, buf.size))]
     _keep(st, key, RangedPlan(comm, st, buf, op, hook, op.name == "AVG", steps))
 
 
 def prepare_barrier(comm, st):
     """The dissemination barrier's Plan (barrier/dissemination.py): round k sends an
     empty message to r + 2^k and receives one from r - 2^k."""
-    n, r = comm.size, comm.rank
-    steps = []
-    d = 1
-    while d < n:
-        steps.append(((r + d) % n, (r - d) % n, True))
-        d <<= 1
+    from commrt.collectives.barrier.dissemination import schedule
+
+    steps = [(snd.peer, rcv.peer, True) for snd, rcv in _pairs(schedule(comm.size, comm.rank))]
     plan = Plan(comm, st, "barrier", "dissemination", np.zeros(0, np.uint8), None, None, None,
                 False, steps)
     _keep(st, "barrier", plan)
     return plan
+
+
+def _pairs(schedule):
+    """(send, receive) Msg of each step of a pairwise schedule (registry.Msg): the
+    plans run the algorithm's own schedule, never a re-derivation of it."""
+    out = []
+    for step in schedule:
+        snd = [m for m in step if m.op == "send"]
+        rcv = [m for m in step if m.op != "send"]
+        if len(snd) != 1 or len(rcv) != 1:
+            raise ValueError(f"not a pairwise step: {step}")
+        out.append((snd[0], rcv[0]))
+    return out
 
 
 def _keep(st, key, plan):
