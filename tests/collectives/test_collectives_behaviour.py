@@ -218,3 +218,26 @@ def test_every_dtype_and_op_pair(w5, w4):
 
 def test_invalid_arguments_fail_before_any_message(w5):
     w5.run(R.invalid_arguments)
+
+
+def test_schedules_are_what_the_algorithms_send(w5, w4):
+    """Every algorithm with a schedule sends, per rank, exactly the payload its
+    schedule lists (comm.stats()), so the schedule the plans and the simulator
+    run is the algorithm's own."""
+    from commrt.collectives import registry
+
+    count = 3001
+    for w in (w5, w4):
+        n = w.size
+        for coll in registry.collectives():
+            for algo in registry.names(coll):
+                mod = registry.module(coll, algo)
+                if not hasattr(mod, "schedule") or coll.endswith("v"):
+                    continue
+                root = 1 if coll in ("broadcast", "reduce", "gather", "scatter") else 0
+                res = w.run(R.traffic, coll, algo, count, "float32", root)
+                sched_count = count * n if coll == "reduce_scatter" else count
+                for r, t in enumerate(res):
+                    want = sum(m.hi - m.lo for step in mod.schedule(n, r, sched_count, root)
+                               for m in step if m.op == "send") * F4
+                    assert t["sent"] == want, (coll, algo, n, r, t, want)
