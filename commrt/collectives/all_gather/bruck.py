@@ -9,6 +9,8 @@ Bytes sent per rank: (N-1)·|block|.
 """
 import math
 
+from commrt.collectives.registry import Msg
+
 TIE = 0
 
 
@@ -18,6 +20,17 @@ def cost(n, nbytes, p, comm=None):
     block = nbytes / n
     return (math.ceil(math.log2(n)) * p.alpha + (n - 1) * block * p.beta * p.rho(n)
             + nbytes * p.beta)
+
+
+def schedule(n, rank, count, root=0):
+    """count: elements per block; positions in the work buffer (block i: rank r+i)."""
+    m, steps, d = count, [], 1
+    while d < n:
+        cnt = min(d, n - d)
+        steps.append([Msg("recv", (rank + d) % n, d * m, (d + cnt) * m),
+                      Msg("send", (rank - d) % n, 0, cnt * m)])
+        d <<= 1
+    return steps
 
 
 def run(call, out, buf):

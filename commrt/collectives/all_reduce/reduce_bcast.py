@@ -31,6 +31,11 @@ def cost(n, nbytes, p, comm=None):
     return p.time(n, 2 * steps * p.step(n), crit, (n - 1) * nbytes * (2 * p.beta + g))
 
 
+def schedule(n, rank, count, root=0):
+    """The binomial reduce to rank 0, then the binomial broadcast from it."""
+    return reduce_binomial.schedule(n, rank, count, 0) + bcast_binomial.schedule(n, rank, count, 0)
+
+
 def run(call, buf, red):
     if call.size == 1:
         return
