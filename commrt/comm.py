@@ -56,13 +56,14 @@ class Channel:
         host_of(q), transport_of(q), world_rank(q)
         parent                     the channel of the communicator this one was
                                    derived from, or None (cost parameters are shared)
-        isend(buf, dst, tag, meta) -> Request
+        isend(buf, dst, tag, meta, meta2) -> Request   (meta, meta2: the two header
+                                   words that carry the call's fingerprint)
         irecv(buf, src, tag) -> Request          (src -1: any)
-        irecv_reduce(buf, src, tag, meta, hook) -> Request
+        irecv_reduce(buf, src, tag, meta, hook, meta2) -> Request
                                    a receive that combines the message into buf as
                                    it lands with the C loop at hook, and only the
-                                   message with this meta and buf's size
-        exchange(sbuf, dst, rbuf, src, tag, meta, wait, hook=0) -> (recv, send)
+                                   message with this meta, meta2 and buf's size
+        exchange(sbuf, dst, rbuf, src, tag, meta, wait, hook=0, meta2=0) -> (recv, send)
                                    a pairwise step in one transport call, its
                                    receive waited for up to `wait` seconds
         exchange_chain(steps, tmp, count, tag, nbytes=-1, itemsize=0)
@@ -93,17 +94,17 @@ class Channel:
     def world_rank(self, q):
         return self._comm.world_rank(q)
 
-    def isend(self, buf, dst, tag, meta=0):
-        return self._coll.isend(buf, dst, tag, meta=meta)
+    def isend(self, buf, dst, tag, meta=0, meta2=0):
+        return self._coll.isend(buf, dst, tag, meta=meta, meta2=meta2)
 
     def irecv(self, buf, src, tag):
         return self._coll.irecv(buf, src, tag)
 
-    def irecv_reduce(self, buf, src, tag, meta, hook):
-        return self._coll._irecv_reduce(buf, src, tag, meta, hook)
+    def irecv_reduce(self, buf, src, tag, meta, hook, meta2=0):
+        return self._coll._irecv_reduce(buf, src, tag, meta, hook, meta2)
 
-    def exchange(self, sbuf, dst, rbuf, src, tag, meta, wait, hook=0):
-        return self._coll._exchange(sbuf, dst, rbuf, src, tag, meta, wait, hook)
+    def exchange(self, sbuf, dst, rbuf, src, tag, meta, wait, hook=0, meta2=0):
+        return self._coll._exchange(sbuf, dst, rbuf, src, tag, meta, wait, hook, meta2)
 
     def exchange_chain(self, steps, tmp, count, tag, nbytes=-1, itemsize=0):
         return self._coll._exchange_chain(steps, tmp, count, tag, nbytes, itemsize)

@@ -80,10 +80,12 @@ class CommTimeoutError(CommError, TimeoutError):
 class MessageTruncatedError(CommError, ValueError):
     """The receive buffer is smaller than the message that matched it."""
 
-    def __init__(self, message_bytes, buffer_bytes, source=None, tag=None, meta=None):
+    def __init__(self, message_bytes, buffer_bytes, source=None, tag=None, meta=None,
+                 meta2=None):
         self.message_bytes, self.buffer_bytes = message_bytes, buffer_bytes
         self.source, self.tag = source, tag
-        self.meta = meta            # the message's header meta (a collective's fingerprint)
+        self.meta, self.meta2 = meta, meta2   # the message's header words (a collective's
+                                              # fingerprint)
         super().__init__(
             f"message of {message_bytes} bytes from rank {source} (tag {tag}) does not fit "
             f"the receive buffer of {buffer_bytes} bytes"

@@ -67,6 +67,7 @@ from commrt.transport.buffers import describe as _describe
 from commrt.transport.buffers import host_array as _host_array
 
 _ndarray = np.ndarray
+_SEQ_MASK = (1 << 40) - 1                   # the fingerprint's sequence field (_engine.pack)
 
 __all__ = ["barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter",
            "reduce_scatter", "all_to_all", "all_gatherv", "gatherv", "scatterv", "all_to_allv",
@@ -219,15 +220,15 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
                 plan = key = None
             if plan is not None:
                 seq = st.seq
-                meta = plan.base | (seq & 0xFFFF)
+                meta = plan.base | (seq & _SEQ_MASK)
                 st.seq = seq + 1
-                st.history.append((seq, meta, plan.count))
+                st.history.append((seq, meta, plan.meta2))
                 if plan.plain:              # fused, nothing to do after: one C call
-                    i = plan.chain.run(buf, meta, plan.wait)
+                    i = plan.chain.run(buf, meta, plan.wait, 0, None, plan.meta2)
                     if i == plan.nsteps:
                         return buf
                 else:
-                    i = plan.chain.run(buf, meta, plan.wait, 0, plan.first_last)
+                    i = plan.chain.run(buf, meta, plan.wait, 0, plan.first_last, plan.meta2)
                 if _small.finish(comm, st, buf, plan, seq, meta, i) is not None:
                     return buf
     return _all_reduce(comm, buf, op, algorithm, timeout, async_op, key)

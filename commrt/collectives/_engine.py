@@ -11,8 +11,8 @@ Rules the algorithms follow (and this module enforces):
   peer sends.
 * Each collective call gets the next sequence number of its communicator
   and a fingerprint (sequence, kind, algorithm, count, dtype, op, root).
-  Every message carries the fingerprint packed in the header's 64-bit
-  ``meta``; every receive checks it and the payload size.  A difference is
+  Every message carries the fingerprint packed in the header's two 64-bit
+  words (``meta``, ``meta2``); every receive checks it and the payload size.  A difference is
   a mismatch: the rank that sees it aborts the collective context on every
   rank (``Channel.abort``), so each one raises CollectiveMismatchError naming
   both calls, and the context stays poisoned (later collectives raise too).
@@ -28,8 +28,8 @@ Rules the algorithms follow (and this module enforces):
   so their messages never interleave; collectives of different
   communicators use different contexts and run concurrently.
 
-Meta layout (bit offsets): seq 0-15, kind 16-20, algorithm 21-24, dtype
-25-29, op 30-33, root 34-45, count 46-63 (low bits of each).
+The fingerprint travels in the header's two 64-bit words (meta, meta2;
+layout at pack below).
 """
 import collections
 import logging
@@ -57,7 +57,7 @@ _LOST = re.compile(r"lost peer rank (\d+) \(seen by rank (\d+)\)")
 INTERNAL_KINDS = ("broadcast_obj", "all_gather_obj", "gather_obj", "split", "new_group",
                   "calibrate")
 _KINDS = []
-KIND_BITS = 5
+KIND_BITS = 6
 
 
 def kinds():
@@ -97,24 +97,33 @@ OP_NAMES = ("-", "SUM", "PROD", "MIN", "MAX", "AVG", "LAND", "LOR", "BAND", "BOR
 
 
 # -- fingerprints ------------------------------------------------------------------
+# Two 64-bit header words (wire version 2, docs/transport.md): meta holds the
+# sequence number (40 bits), kind, algorithm (6 bits each), op (4), dtype (6);
+# meta2 the root (24 bits) and the element count (40).  Every field is whole
+# for any real job (10^12 calls, 16 M ranks, 10^12 elements).
+SEQ_MASK = (1 << 40) - 1
+
+
 def pack(seq, kind, algo, count, dtype, op, root):
-    return ((seq & 0xFFFF) | (kind & 0x1F) << 16 | (algo & 0xF) << 21 | (dtype & 0x1F) << 25
-            | (op & 0xF) << 30 | (root & 0xFFF) << 34 | (count & 0x3FFFF) << 46)
+    """(meta, meta2) of a call's fingerprint."""
+    return ((seq & SEQ_MASK) | (kind & 0x3F) << 40 | (algo & 0x3F) << 46 | (op & 0xF) << 52
+            | (dtype & 0x3F) << 56,
+            (root & 0xFFFFFF) | (count & ((1 << 40) - 1)) << 24)
 
 
-def unpack(meta):
-    return {"seq": meta & 0xFFFF, "kind": meta >> 16 & 0x1F, "algo": meta >> 21 & 0xF,
-            "dtype": meta >> 25 & 0x1F, "op": meta >> 30 & 0xF, "root": meta >> 34 & 0xFFF,
-            "count": meta >> 46 & 0x3FFFF}
+def unpack(meta, meta2=0):
+    return {"seq": meta & SEQ_MASK, "kind": meta >> 40 & 0x3F, "algo": meta >> 46 & 0x3F,
+            "op": meta >> 52 & 0xF, "dtype": meta >> 56 & 0x3F, "root": meta2 & 0xFFFFFF,
+            "count": meta2 >> 24}
 
 
-def describe_meta(meta, exact=None):
-    """Text for a packed fingerprint (counts and roots are known modulo 2**18 / 2**12)."""
-    f = unpack(meta)
+def describe_meta(meta, meta2=0):
+    """Text for a packed fingerprint."""
+    f = unpack(meta, meta2)
     names = kinds()
     kind = names[f["kind"]] if f["kind"] < len(names) else f"kind{f['kind']}"
     dt = DTYPES[f["dtype"] - 1].name if 0 < f["dtype"] <= len(DTYPES) else "-"
-    parts = [f"count~{f['count']}" if exact is None else f"count={exact}", f"dtype={dt}"]
+    parts = [f"count={f['count']}", f"dtype={dt}"]
     if f["op"]:
         parts.append(f"op={OP_NAMES[f['op']] if f['op'] < len(OP_NAMES) else f['op']}")
     parts.append(f"root={f['root']}")
@@ -126,7 +135,8 @@ def describe_meta(meta, exact=None):
 
 
 def _diff(mine, theirs):
-    a, b = unpack(mine), unpack(theirs)
+    """The fields that differ between two fingerprints, each (meta, meta2)."""
+    a, b = unpack(*mine), unpack(*theirs)
     return [k for k in ("seq", "kind", "algo", "count", "dtype", "op", "root") if a[k] != b[k]]
 
 
@@ -138,7 +148,7 @@ class CommState:
     def __init__(self, comm):
         self.seq = 0
         self.poisoned = None                     # the reason, once a mismatch was seen
-        self.history = collections.deque(maxlen=256)   # (seq, meta) of recent calls
+        self.history = collections.deque(maxlen=256)   # (seq, meta, meta2) of recent calls
         self.current = None                      # the Call running now
         self.cache = {}                          # cost parameters, derived communicators...
         self._scratch = {}
@@ -149,7 +159,7 @@ class CommState:
         self._worker = None
         self.probe_req = None                    # posted receive for probes, once needed
         self.small = {}                          # prepared small all-reduces (_small.py)
-        self.probe_buf = np.zeros(2, np.uint64)
+        self.probe_buf = np.zeros(2, np.uint64)           # a probe: (meta, meta2)
         # knobs, read once per communicator (a collective call must stay cheap)
         self.timeout = config.get("COMMRT_TIMEOUT")
         self.probe_s = config.get("COMMRT_COLL_PROBE_S")
@@ -341,11 +351,12 @@ class Call:
         self.dtype = None if dtype is None else np.dtype(dtype)
         self.op = op
         self.root = root
-        self.meta = pack(self.seq, kind_code(kind), algo_code(kind, algo), count,
-                         DTYPE_CODE.get(self.dtype, 31) if self.dtype is not None else 0,
-                         op.value if op is not None else 0, root)
+        self.meta, self.meta2 = pack(
+            self.seq, kind_code(kind), algo_code(kind, algo), count,
+            DTYPE_CODE.get(self.dtype, 63) if self.dtype is not None else 0,
+            op.value if op is not None else 0, root)
         if not resumed:
-            st.history.append((self.seq, self.meta, count))
+            st.history.append((self.seq, self.meta, self.meta2))
         self.timeout = st.timeout if timeout is None else float(timeout)
         self.deadline = None
         self.sends = []
@@ -375,7 +386,7 @@ class Call:
 
     # messages ------------------------------------------------------------------------
     def isend(self, buf, dst):
-        req = self.chan.isend(buf, dst, TAG, self.meta)
+        req = self.chan.isend(buf, dst, TAG, self.meta, self.meta2)
         self.sends.append(req)
         return req
 
@@ -386,7 +397,8 @@ class Call:
         """Receive into buf combining (buf = buf OP message) as the data lands, with
         the C loop at address hook (``reduce.hook``); checked by wait like any
         receive, and buf is untouched unless the message is the one expected."""
-        return Recv(self.chan.irecv_reduce(buf, src, TAG, self.meta, hook), src, buf.nbytes)
+        return Recv(self.chan.irecv_reduce(buf, src, TAG, self.meta, hook, self.meta2), src,
+                    buf.nbytes)
 
     def recv(self, buf, src):
         self.wait(self.irecv(buf, src))
@@ -418,8 +430,8 @@ class Call:
     def wait(self, rv):
         """Wait for a receive and check its fingerprint and size."""
         st = self._wait_req(rv.req, rv.src)
-        if st.meta != self.meta or st.nbytes != rv.nbytes:
-            self._mismatch(rv.src, st.meta, st.nbytes, rv.nbytes)
+        if st.meta != self.meta or st.meta2 != self.meta2 or st.nbytes != rv.nbytes:
+            self._mismatch(rv.src, (st.meta, st.meta2), st.nbytes, rv.nbytes)
         return st
 
     def exchange(self, sbuf, dst, rbuf, src, hook=0):
@@ -431,7 +443,8 @@ class Call:
         # wait spins); complete_exchange then waits without spinning
         wait = self.probe_s if self.spin else 0.0
         try:
-            rq, sq = self.chan.exchange(sbuf, dst, rbuf, src, TAG, self.meta, wait, hook)
+            rq, sq = self.chan.exchange(sbuf, dst, rbuf, src, TAG, self.meta, wait, hook,
+                                        self.meta2)
         except CommError as exc:
             self._failed(exc, src)
         return self.complete_exchange(rq, sq, src, rbuf.nbytes)
@@ -451,8 +464,8 @@ class Call:
         before it handed the call over): wait for the receive and check it."""
         self.sends.append(sq)
         st = self._wait_req(rq, src)
-        if st.meta != self.meta or st.nbytes != nbytes:
-            self._mismatch(src, st.meta, st.nbytes, nbytes)
+        if st.meta != self.meta or st.meta2 != self.meta2 or st.nbytes != nbytes:
+            self._mismatch(src, (st.meta, st.meta2), st.nbytes, nbytes)
         return st
 
     def waitall(self, recvs):
@@ -516,38 +529,40 @@ class Call:
                     pass
             raise exc
         if isinstance(exc, MessageTruncatedError):
-            meta = self.meta if exc.meta is None else exc.meta
-            self._mismatch(exc.source, meta, exc.message_bytes, exc.buffer_bytes)
+            fp = ((self.meta, self.meta2) if exc.meta is None
+                  else (exc.meta, getattr(exc, "meta2", 0) or 0))
+            self._mismatch(exc.source, fp, exc.message_bytes, exc.buffer_bytes)
         raise exc
 
-    def _mismatch(self, src, meta, nbytes, expected):
-        reason = self._differs(src, meta, nbytes, expected)
+    def _mismatch(self, src, fp, nbytes, expected):
+        reason = self._differs(src, fp, nbytes, expected)
         self._abort_everywhere(f"collective mismatch: {reason}")
 
-    def _differs(self, src, meta, nbytes, expected):
-        """What differs between this call and the message of rank src (meta, nbytes)
-        that this rank received for it."""
-        mine = describe_meta(self.meta, self.count)
-        if meta == self.meta:
+    def _differs(self, src, fp, nbytes, expected):
+        """What differs between this call and the message of rank src (its
+        fingerprint fp = (meta, meta2), nbytes) that this rank received for it."""
+        ours = (self.meta, self.meta2)
+        mine = describe_meta(*ours)
+        if fp == ours:
             return (f"rank {self.rank} called {mine}; rank {src} sent {self._bytes(nbytes)} "
                     f"where this rank expected {self._bytes(expected)} from it (their counts "
                     f"differ)")
-        seq = meta & 0xFFFF
+        seq = fp[0] & SEQ_MASK
         earlier = None
-        if seq != self.seq & 0xFFFF:
+        if seq != self.seq:
             earlier = next((e for e in reversed(self.state.history)
-                            if e[0] & 0xFFFF == seq and e[0] != self.seq), None)
+                            if e[0] == seq and e[0] != self.seq), None)
         if earlier is None:
-            return (f"rank {self.rank} called {mine}; rank {src} called {describe_meta(meta)} "
-                    f"[{', '.join(_diff(self.meta, meta))} differ]")
+            return (f"rank {self.rank} called {mine}; rank {src} called {describe_meta(*fp)} "
+                    f"[{', '.join(_diff(ours, fp))} differ]")
         # a message of an earlier call nobody received in it (every rank only sent,
         # e.g. each passed itself as a broadcast's root): that call was the mismatch
-        _, their_meta, count = earlier
-        fields = [f for f in _diff(their_meta, meta) if f != "seq"] or ["count"]
+        theirs = earlier[1:]
+        fields = [f for f in _diff(theirs, fp) if f != "seq"] or ["count"]
         # (kept short: the abort carries the reason to every rank in 255 bytes)
         return (f"in the earlier call #{earlier[0]} [{', '.join(fields)} differ]: rank "
-                f"{self.rank} called {describe_meta(their_meta, count)}, rank {src} "
-                f"{describe_meta(meta)}; no rank received in it, {self.name} saw it")
+                f"{self.rank} called {describe_meta(*theirs)}, rank {src} "
+                f"{describe_meta(*fp)}; no rank received in it, {self.name} saw it")
 
     def _bytes(self, nbytes):
         dt = self.dtype
@@ -568,9 +583,9 @@ class Call:
         """Tell `peer` what we are waiting in, and answer probes sent to us."""
         st = self.state
         if peer is not None:
-            msg = np.array([self.meta, self.count], np.uint64)
+            msg = np.array([self.meta, self.meta2], np.uint64)
             try:
-                self.chan.isend(msg, peer, PROBE_TAG, self.meta)
+                self.chan.isend(msg, peer, PROBE_TAG, self.meta, self.meta2)
             except CommError:
                 pass
         check_probes(st, self)
@@ -597,17 +612,16 @@ def check_probes(st, call):
             st.probe_req = None
             return
         st.probe_req = None
-        their_meta, their_count = int(st.probe_buf[0]), int(st.probe_buf[1])
-        seq = their_meta & 0xFFFF
+        theirs = (int(st.probe_buf[0]), int(st.probe_buf[1]))
+        seq = theirs[0] & SEQ_MASK
         # every call this rank made at that sequence number (an internal call,
         # calibrate, shares its user call's): a mismatch if none is theirs
-        ours = [(meta, count) for s, meta, count in st.history if s & 0xFFFF == seq]
-        if ours and (their_meta, their_count) not in ours:
-            meta, count = ours[-1]
-            reason = (f"collective mismatch: rank {call.rank} called "
-                      f"{describe_meta(meta, count)}; rank {status.source} called "
-                      f"{describe_meta(their_meta, their_count)} "
-                      f"[{', '.join(_diff(meta, their_meta)) or 'count'} differ]")
+        ours = [(meta, meta2) for s, meta, meta2 in st.history if s == seq]
+        if ours and theirs not in ours:
+            mine = ours[-1]
+            reason = (f"collective mismatch: rank {call.rank} called {describe_meta(*mine)}; "
+                      f"rank {status.source} called {describe_meta(*theirs)} "
+                      f"[{', '.join(_diff(mine, theirs)) or 'count'} differ]")
             call._abort_everywhere(reason)
 
 

@@ -37,7 +37,8 @@ the general path does.
 """
 import numpy as np
 
-from commrt.collectives._engine import DTYPE_CODE, TAG, Call, algo_code, kind_code, pack
+from commrt.collectives._engine import (DTYPE_CODE, SEQ_MASK, TAG, Call, algo_code, kind_code,
+                                        pack)
 
 ALGO = "recursive_doubling"
 MAX_PLANS = 64          # distinct (shape, dtype, op) kept per communicator
@@ -54,8 +55,9 @@ class Plan:
     whether our operand goes first), scratch, the persistent exchange chain, and
     how to combine in Python (None: barrier).  `fused`: the chain combines with
     the kernels' C loop after each step, so one chain run is the whole call."""
-    __slots__ = ("kind", "algo", "base", "count", "nbytes", "dtype", "op", "tmp", "steps",
-                 "nsteps", "chain", "fused", "combine", "wait", "avg", "first_last", "plain")
+    __slots__ = ("kind", "algo", "base", "meta2", "count", "nbytes", "dtype", "op", "tmp",
+                 "steps", "nsteps", "chain", "fused", "combine", "wait", "avg", "first_last",
+                 "plain")
     ranged = False
 
     def __init__(self, comm, st, kind, algo, buf, op, kernel, ufunc, avg, steps):
@@ -64,7 +66,7 @@ class Plan:
         self.nbytes = buf.nbytes
         self.dtype = buf.dtype if kernel is not None else None
         self.op = op
-        self.base = pack(0, kind_code(kind), algo_code(kind, algo), self.count,
+        self.base, self.meta2 = pack(0, kind_code(kind), algo_code(kind, algo), self.count,
                          DTYPE_CODE[buf.dtype] if kernel is not None else 0,
                          op.value if op is not None else 0, 0)
         self.tmp = np.empty_like(buf)
@@ -95,14 +97,15 @@ class RangedPlan:
     """A prepared Rabenseifner all-reduce: ranged chain steps over the in/out
     buffer (see the module text); the chain lets go of the buffer after each
     call, so a large buffer is not kept alive by the plan."""
-    __slots__ = ("kind", "algo", "base", "count", "nbytes", "dtype", "op", "steps", "nsteps",
-                 "chain", "fused", "wait", "avg", "hook")
+    __slots__ = ("kind", "algo", "base", "meta2", "count", "nbytes", "dtype", "op", "steps",
+                 "nsteps", "chain", "fused", "wait", "avg", "hook")
     ranged = True
 
     def __init__(self, comm, st, buf, op, hook, avg, steps):
         self.kind, self.algo = "all_reduce", "rabenseifner"
         self.count, self.nbytes, self.dtype, self.op = buf.size, buf.nbytes, buf.dtype, op
-        self.base = pack(0, kind_code("all_reduce"), algo_code("all_reduce", "rabenseifner"),
+        self.base, self.meta2 = pack(0, kind_code("all_reduce"),
+                                     algo_code("all_reduce", "rabenseifner"),
                          buf.size,
                          DTYPE_CODE[buf.dtype], op.value, 0)
         self.steps = steps
@@ -207,11 +210,11 @@ def run(comm, st, buf, plan):
     these first lines itself, then finish(): a tiny call is ~1 µs, and each
     Python call level costs a tenth of it.)"""
     seq = st.seq
-    meta = plan.base | (seq & 0xFFFF)
+    meta = plan.base | (seq & SEQ_MASK)
     st.seq = seq + 1                        # begun (even if Ctrl-C stops the chain)
-    st.history.append((seq, meta, plan.count))
+    st.history.append((seq, meta, plan.meta2))
     return finish(comm, st, buf, plan, seq, meta, plan.chain.run(buf, meta, plan.wait, 0,
-                                                                  plan.first_last))
+                                                                  plan.first_last, plan.meta2))
 
 
 def finish(comm, st, buf, plan, seq, meta, i):
@@ -233,7 +236,7 @@ def finish(comm, st, buf, plan, seq, meta, i):
             j = i
             if j == n:
                 break
-            i = plan.chain.run(buf, meta, plan.wait, j, j + 1)
+            i = plan.chain.run(buf, meta, plan.wait, j, j + 1, plan.meta2)
         if i == n:
             if plan.avg:
                 _average(buf, comm.size)

@@ -44,7 +44,7 @@ from collections import namedtuple
 Msg = namedtuple("Msg", "op peer lo hi")
 
 # the fingerprint's algorithm field (collectives/fingerprint.py)
-CODE_BITS = 4
+CODE_BITS = 6
 
 # The collective each internal call kind borrows its algorithms from (their
 # fingerprints carry that collective's algorithm codes).

@@ -593,7 +593,8 @@ cdef class Engine:
             src = q.r.st_src
             if q.rank_of is not None and src >= 0:
                 src = q.rank_of(src)
-            return errors.MessageTruncatedError(q.r.err_a, q.r.cap, src, q.r.st_tag, q.r.meta)
+            return errors.MessageTruncatedError(q.r.err_a, q.r.cap, src, q.r.st_tag, q.r.meta,
+                                                q.r.meta2)
         if err == E_ABORTED:
             return errors.CollectiveMismatchError(self.poison_reason(q.r.ctx) or "context aborted")
         detail = ""
