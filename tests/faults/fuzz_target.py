@@ -221,7 +221,7 @@ class Target:
         self.next += 1
         ids, reqs = self.prepare(slot)
         seq = 1
-        frames = []
+        frames, first = [], None
         for fields, payload in case["frames"]:
             values = {}
             for name, v in fields.items():
@@ -232,6 +232,7 @@ class Target:
                 values[name] = v
             seq += 1
             frames.append((header(**values), payload))
+            first = values if first is None else first
         blob = bytearray(layout(self.kind, frames) + case.get("raw", b""))
         for pos, xor in case.get("flips", ()):
             if blob:
@@ -239,12 +240,29 @@ class Target:
         if case.get("cut") is not None and blob:
             blob = blob[:case["cut"] % (len(blob) + 1)]
         tail = case.get("tail")
-        slot.write(bytes(blob), tail=None if tail is None else tail + self._tail(slot))
+        if tail is not None:            # a bogus tail: an offset from the real one
+            tail = (tail + self._tail(slot)) % (1 << 64)
+        slot.write(bytes(blob), tail=tail)
         self.settle(slot)
-        return self.verdict(slot, reqs)
+        v = self.verdict(slot, reqs)
+        untouched = not case.get("flips") and case.get("cut") is None and tail is None
+        v["foreign_first"] = first is not None and untouched and self.foreign(first, slot.rank)
+        return v
+
+    def foreign(self, h, rank):
+        """A header (its field values) that is plainly not commrt's for this slot."""
+        from wire import MAGIC, OPCODES, VERSION
+
+        if h.get("magic", MAGIC) != MAGIC or h.get("version", VERSION) != VERSION:
+            return True
+        pad = h["opcode"] == OPCODES["PAD"]
+        if h["opcode"] not in OPCODES.values() or (self.kind == "tcp" and pad):
+            return True
+        return not pad and (h["src"] != rank or h["seq"] != 1)
 
     def _tail(self, slot):
         return slot._u64(OFF_TAIL1) if self.kind == "shm" else 0
+
 
     def settle(self, slot):
         """Drive the engine until it has taken in what it was given."""
