@@ -9,13 +9,7 @@ import random
 import zlib
 
 import pytest
-from harness import host_leftovers
-
-from commrt import config
-
-SEED = config.get("COMMRT_FAULT_SEED")
-if SEED is None:
-    SEED = random.SystemRandom().randrange(1 << 31)
+from harness import SEED, host_leftovers
 
 
 def pytest_report_header(config):

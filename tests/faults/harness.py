@@ -17,9 +17,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from commrt import config
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_PROGRAM = os.path.join(HERE, "fault_rank.py")
 LAUNCH = [sys.executable, "-m", "commrt.launcher"]
+# Every random choice of the campaign derives from this seed (COMMRT_FAULT_SEED, or a
+# fresh one printed in pytest's header): the tests' draws and hypothesis's cases.
+SEED = config.get("COMMRT_FAULT_SEED")
+if SEED is None:
+    import random
+
+    SEED = random.SystemRandom().randrange(1 << 31)
 _STRIPPED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 

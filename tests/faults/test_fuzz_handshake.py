@@ -15,7 +15,7 @@ import struct
 import time
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 import campaign_ranks as R
@@ -23,6 +23,7 @@ from commrt import config
 from commrt.rendezvous import auth
 from commrt.rendezvous.store import Store, StoreServer
 from commrt.transport.connect import ACK, ACK_MAGIC, HELLO, HELLO_MAGIC
+from harness import SEED
 
 CASES = max(8, config.get("COMMRT_FUZZ_CASES") // 10)
 BATCH = 8
@@ -111,6 +112,7 @@ def test_listeners_refuse_everything_but_the_real_peer(tmp_path):
 
         @settings(max_examples=max(1, CASES // BATCH), deadline=None, database=None,
                   suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+        @seed(SEED)
         @given(batch=st.lists(approach(), min_size=BATCH, max_size=BATCH))
         def some(batch):
             for where, before, authenticate, after in batch:

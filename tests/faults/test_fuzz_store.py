@@ -15,13 +15,14 @@ import threading
 import time
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from commrt import config
 from commrt.rendezvous import auth
 from commrt.rendezvous.auth import client_handshake, new_secret
 from commrt.rendezvous.store import Store, StoreServer
+from harness import SEED
 
 CASES = config.get("COMMRT_FUZZ_CASES")
 BATCH = 8
@@ -132,6 +133,7 @@ def test_requests_after_authentication(store):
 
     @settings(max_examples=max(1, CASES // BATCH), deadline=None, database=None,
               suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+    @seed(SEED)
     @given(batch=st.lists(case(), min_size=BATCH, max_size=BATCH))
     def some(batch):
         for blob in batch:
@@ -168,6 +170,7 @@ def test_nothing_is_parsed_before_authentication(store):
 
     @settings(max_examples=max(1, CASES // 10 // BATCH), deadline=None, database=None,
               suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+    @seed(SEED)
     @given(batch=st.lists(before_auth(), min_size=BATCH, max_size=BATCH))
     def some(batch):
         for blob in batch:
