@@ -11,7 +11,7 @@ import time
 
 import fuzz_target
 
-CASE_DEADLINE_S = 20.0
+CASE_DEADLINE_S = 60.0
 SLOTS = 400          # cases per child (each takes a fresh peer of the engine)
 
 
