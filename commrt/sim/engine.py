@@ -27,8 +27,24 @@ shared memory (bytes·β_shm, the receiver copies) and its combining
 start (both sides posted; on the network its first segment in), and the
 receive completes when that work and the message's arrival are done.
 Events run in time order, so NIC queues serve in the order messages are
-sent.  Every rank is simulated;
-there is no symmetry shortcut yet (``MAX_MESSAGES`` bounds a run).
+sent.  ``MAX_MESSAGES`` bounds a run.
+
+The symmetry shortcut (``uniform``; exact, not an approximation): where
+every rank provably follows rank 0's timeline, only rank 0 is run.  The
+proof is checked on the schedule itself, for every rank and step: (1) every
+rank's step k holds the same messages as rank 0's up to the peers (same
+ops, same sizes, same order), and (2) every receive of step k is matched by
+its peer's send in step k, and every send by a receive there.  The
+topology must leave no resource whose queue order could tell ranks apart:
+no ``cores``, and either one node or one rank per node with at most one
+send and one receive per step (each NIC then carries one message each way
+per step), and no bisection limit.  Then by induction on k every rank
+starts step k at rank 0's time, its peers' sends leave at that time, and
+each NIC's egress and ingress are free at the same time on every node, so
+rank 0's own arithmetic (below, the same as the full run's) gives every
+rank's.  Power-of-two Rabenseifner and recursive doubling with a count
+divisible by the ranks pass; a binomial tree, uneven blocks, or ranks
+sharing a NIC do not, and run in full.
 """
 import heapq
 from collections import defaultdict, deque
@@ -63,15 +79,96 @@ class ScheduleError(ValueError):
     """A schedule that cannot run: unmatched messages, a peer out of range."""
 
 
-def simulate(topo, steps_of, itemsize=4):
+def simulate(topo, steps_of, itemsize=4, shortcut=True):
     """Seconds until the last rank finishes, for ``steps_of(rank)`` -> that rank's
     steps; message sizes are (hi - lo) elements of ``itemsize`` bytes."""
+    return run(topo, steps_of, itemsize, shortcut)[0]
+
+
+def run(topo, steps_of, itemsize=4, shortcut=True):
+    """(seconds, True where the exact symmetry shortcut ran rank 0 alone)."""
     n = topo.ranks
-    steps = [steps_of(r) for r in range(n)]
-    total = sum(len(m) for s in steps for m in s)
-    if total > MAX_MESSAGES:
-        raise ScheduleError(f"{total} messages exceed the simulator's {MAX_MESSAGES}: fewer "
-                            f"ranks, or an algorithm with fewer steps")
+    steps, total = [], 0
+    for r in range(n):
+        steps.append(steps_of(r))
+        total += sum(len(m) for m in steps[-1])
+        if total > MAX_MESSAGES:
+            raise ScheduleError(f"more than {MAX_MESSAGES} messages (the simulator's bound): "
+                                "fewer ranks, or an algorithm with fewer steps")
+    for r, s in enumerate(steps):
+        for msgs in s:
+            for m in msgs:
+                if not 0 <= m[1] < n:
+                    raise ScheduleError(f"rank {r}: peer {m[1]} outside 0..{n - 1}")
+    if shortcut and uniform(topo, steps):
+        return _rank0(topo, steps[0], itemsize), True
+    return _full(topo, steps, itemsize), False
+
+
+def _shape(msgs):
+    return [(m[0], m[3] - m[2]) for m in msgs]
+
+
+def uniform(topo, steps):
+    """Whether every rank's timeline is provably rank 0's (module docstring)."""
+    n = topo.ranks
+    if topo.bisection or topo.cores:
+        return False
+    if topo.nodes > 1 and topo.ranks_per_node > 1:
+        return False
+    ref = [_shape(msgs) for msgs in steps[0]]
+    one_each = topo.nodes > 1
+    for r in range(n):
+        mine = steps[r]
+        if len(mine) != len(ref):
+            return False
+        for k, msgs in enumerate(mine):
+            if _shape(msgs) != ref[k]:
+                return False
+            sends = [m for m in msgs if m[0] == "send"]
+            recvs = [m for m in msgs if m[0] != "send"]
+            if one_each and (len(sends) > 1 or len(recvs) > 1):
+                return False
+            for op, peer, lo, hi in recvs:   # the peer's send in this very step
+                if not any(m[0] == "send" and m[1] == r and m[3] - m[2] == hi - lo
+                           for m in steps[peer][k]):
+                    return False
+            for op, peer, lo, hi in sends:
+                if not any(m[0] != "send" and m[1] == r and m[3] - m[2] == hi - lo
+                           for m in steps[peer][k]):
+                    return False
+    return True
+
+
+def _rank0(topo, steps, itemsize):
+    """Rank 0's timeline where every rank's is the same (``uniform``): the full run's
+    arithmetic with every peer in rank 0's state.  On the network a step then
+    holds one send and one receive of one size, so every NIC's egress and
+    ingress are busy until the same time (``free``)."""
+    t = free = 0.0
+    for msgs in steps:
+        done = t
+        for op, peer, lo, hi in msgs:
+            if op == "send":
+                continue
+            nbytes = (hi - lo) * itemsize
+            local = topo.node(0) == topo.node(peer)
+            if local:
+                arrival = t + topo.alpha_shm + nbytes * topo.beta_shm
+            else:
+                start = max(t, free)
+                free = start + nbytes * topo.beta_net
+                arrival = start + topo.alpha_net + nbytes * topo.beta_net
+            end = max(t, arrival)
+            if op == "combine":
+                end += (nbytes if local else min(nbytes, topo.segment)) * topo.gamma
+            done = max(done, end)
+        t = done
+    return t
+
+
+def _full(topo, steps, itemsize):
+    n = topo.ranks
     egress = [0.0] * topo.nodes
     ingress = [0.0] * topo.nodes
     fabric = [0.0]
@@ -138,8 +235,6 @@ def simulate(topo, steps_of, itemsize=4):
         left[r] = len(recvs)
         done_at[r] = t
         for op, peer, lo, hi in msgs:
-            if not 0 <= peer < n:
-                raise ScheduleError(f"rank {r}: peer {peer} outside 0..{n - 1}")
             nbytes = (hi - lo) * itemsize
             if op == "send":
                 msg = (depart(r, peer, nbytes, t), t, topo.node(r) == topo.node(peer))

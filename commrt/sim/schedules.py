@@ -7,7 +7,15 @@ here): either the registry convention ``schedule(n, rank, count, root=0)``
 lo, receive hi, reduce)`` per step, which becomes one send and one receive
 (combine when it reduces) per step.  Algorithms without a schedule are not
 simulated: ``steps`` says so.
+
+A schedule that splits the buffer with ``bounds(count, parts)`` recomputes
+that O(parts) list for every rank, which is O(N²) for a whole world
+(Rabenseifner at 16,384 ranks: most of a 44 s run).  ``steps_of`` lends the
+schedule's module a memoised ``bounds`` while it runs (the same function,
+its results shared: schedules only read them), so the messages are the
+same and the list is built once per world.
 """
+import functools
 import inspect
 
 from commrt.sim.engine import ScheduleError
@@ -39,6 +47,22 @@ def has_schedule(algo):
     return hasattr(_module(algo), "schedule")
 
 
+def _memo_bounds(mod, fn):
+    """fn with mod.bounds memoised while it runs (mod unchanged afterwards)."""
+    plain = getattr(mod, "bounds", None)
+    if plain is None:
+        return fn
+    memo = functools.lru_cache(maxsize=8)(plain)
+
+    def run(r):
+        mod.bounds = memo
+        try:
+            return fn(r)
+        finally:
+            mod.bounds = plain
+    return run
+
+
 def steps_of(algo, n, count):
     """A function rank -> that rank's steps for an n-rank all-reduce of count elements."""
     mod = _module(algo)
@@ -47,7 +71,7 @@ def steps_of(algo, n, count):
         raise ScheduleError(f"all-reduce {algo!r} has no schedule yet: it cannot be simulated")
     first = next(iter(inspect.signature(sched).parameters))
     if first != "p2":
-        return lambda r: [list(step) for step in sched(n, r, count)]
+        return _memo_bounds(mod, lambda r: [list(step) for step in sched(n, r, count)])
     if n & (n - 1):
         raise ScheduleError(f"{algo}'s schedule covers its power-of-two core only; {n} ranks "
                             "is not a power of two")
@@ -55,4 +79,4 @@ def steps_of(algo, n, count):
     def pairwise(r):
         return [[("send", q, s0, s1), ("combine" if red else "recv", q, r0, r1)]
                 for q, s0, s1, r0, r1, red in sched(n, r, count)]
-    return pairwise
+    return _memo_bounds(mod, pairwise)
