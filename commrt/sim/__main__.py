@@ -1,7 +1,9 @@
 """python -m commrt.sim allreduce: predicted time of an all-reduce on a modelled cluster.
 
 (``python -m commrt.sim validate``: the simulator against measurements here,
-see commrt/sim/validate.py.)
+see commrt/sim/validate.py; ``sweep`` and ``crossover``: every schedule over
+sizes and world sizes, and the ring-against-tree crossover beside NCCL's
+model, see commrt/sim/sweep.py.)
 
     python -m commrt.sim allreduce --algo auto|rabenseifner|... --ranks N
         --ranks-per-node R --size 1M [--calibrated] [--json]
@@ -80,10 +82,16 @@ def main(argv=None):
     if argv and argv[0] == "validate":
         from commrt.sim import validate
         return validate.main(argv[1:])
+    if argv and argv[0] in ("sweep", "crossover"):
+        from commrt.sim import sweep
+        return (sweep.main_sweep if argv[0] == "sweep" else sweep.main_crossover)(argv[1:])
     if not argv or argv[0] != "allreduce":
         print("usage: python -m commrt.sim allreduce --algo NAME --ranks N ...  (all-reduce "
               "only for now)\n       python -m commrt.sim validate [--ranks 2,4,8] ...  "
-              "(against measurements here)", file=sys.stderr)
+              "(against measurements here)\n       python -m commrt.sim sweep [--ranks ...] "
+              "[--sizes ...] [--json F] [--png F]\n       python -m commrt.sim crossover "
+              "[--ranks ...] [--ranks-per-node 8]  (ring vs tree, commrt's and NCCL's model)",
+              file=sys.stderr)
         return 2
     p = argparse.ArgumentParser(prog="python -m commrt.sim allreduce",
                                 description=__doc__.splitlines()[0])

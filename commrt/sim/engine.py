@@ -117,12 +117,11 @@ def uniform(topo, steps):
     if topo.nodes > 1 and topo.ranks_per_node > 1:
         return False
     ref = [_shape(msgs) for msgs in steps[0]]
+    if any(len(s) != len(ref) for s in steps):
+        return False
     one_each = topo.nodes > 1
     for r in range(n):
-        mine = steps[r]
-        if len(mine) != len(ref):
-            return False
-        for k, msgs in enumerate(mine):
+        for k, msgs in enumerate(steps[r]):
             if _shape(msgs) != ref[k]:
                 return False
             sends = [m for m in msgs if m[0] == "send"]

@@ -1,0 +1,271 @@
+"""The simulator's sweep (every schedule, sizes x world sizes) and the crossover against NCCL.
+
+    python -m commrt.sim sweep [--ranks 2,4,...,16384] [--sizes 8,32,...,1G]
+        [--ranks-per-node 1] [--algos NAME,...] [--json F] [--png F] [link options]
+    python -m commrt.sim crossover [--ranks 16,...,16384] [--ranks-per-node 8]
+        [--bus 12.5] [--json F]
+
+``sweep`` runs each all-reduce with a ``schedule`` (sim.schedules; the others
+are listed as not simulated) through the engine at every world size and
+message size: time, bus bandwidth (2(N−1)/N·K/t, as nccl-tests and ``bench
+allreduce`` report it), whether the exact symmetry shortcut ran (engine.py),
+the cost model's prediction and its pick.  ``crossover`` is the ring-against-
+tree size at each N from commrt's cost model (ring against dbtree, the
+double binary tree that NCCL's tree is; the simulator's own where both have
+schedules) and from NCCL's tuning model (commrt/sim/nccl.py) with the same
+bus bandwidth as commrt's network (β_net), and commrt's own picks.  The PNG
+(matplotlib) shows simulated bus bandwidth against size and both crossovers
+against N.
+"""
+import argparse
+import json
+import sys
+import time
+
+from commrt.bench._stats import fmt_size, parse_size, table
+from commrt.sim import nccl, schedules
+from commrt.sim.engine import ScheduleError, Topology, run
+
+RANKS = tuple(2 ** i for i in range(1, 15))                 # 2 .. 16,384
+SIZES = tuple(2 ** i for i in range(3, 31, 2)) + (1 << 30,)  # 8 B .. 1 GiB, x4
+CROSS_RANKS = (16, 64, 128, 256, 1024, 4096, 16384)
+CROSS_SIZES = tuple(2 ** i for i in range(3, 31))            # x2, for the crossover
+
+
+def topology(ranks, per_node, links):
+    return Topology(ranks // per_node, per_node, links["alpha_shm"], links["beta_shm"],
+                    links["alpha_net"], links["beta_net"], links["gamma"], links["segment"])
+
+
+def busbw(n, nbytes, t):
+    return nbytes * 2 * (n - 1) / n / t / 1e9 if t > 0 else None
+
+
+def simulable(algos, n):
+    """(algorithms whose schedule runs at n ranks, {algorithm: why not})."""
+    ok, why = [], {}
+    for algo in algos:
+        try:
+            schedules.steps_of(algo, n, 1)
+            ok.append(algo)
+        except ScheduleError as exc:
+            why[algo] = str(exc)
+    return ok, why
+
+
+def sweep(ranks, sizes, algos, per_node, links, log=None):
+    """Rows {algo, ranks, bytes, time_s, busbw_GBps, shortcut, model_s, model_pick}."""
+    from commrt.sim.__main__ import predict
+
+    rows, skipped = [], {}
+    for n in ranks:
+        if n % per_node:
+            continue
+        topo = topology(n, per_node, links)
+        ok, why = simulable(algos, n)
+        for algo, reason in why.items():
+            skipped.setdefault(algo, reason)
+        for k in sizes:
+            pred = predict(topo, k)
+            for algo in ok:
+                t0 = time.perf_counter()
+                t, short = run(topo, schedules.steps_of(algo, n, max(1, k // 4)), itemsize=4)
+                rows.append({"algo": algo, "ranks": n, "bytes": k, "time_s": t,
+                             "busbw_GBps": busbw(n, k, t), "shortcut": short,
+                             "model_s": pred.get(algo), "model_pick": min(pred, key=pred.get),
+                             "cpu_s": time.perf_counter() - t0})
+            if log:
+                log(f"  N={n} {fmt_size(k)} done")
+    return rows, skipped
+
+
+def model_crossover(n, per_node, links, sizes, a="ring", b="dbtree"):
+    """The smallest size from which commrt's model has a beat b at every larger size."""
+    from commrt.sim.__main__ import predict
+
+    topo = topology(n, per_node, links)
+    wins = []
+    for k in sizes:
+        pred = predict(topo, k)
+        wins.append(pred[a] < pred[b])
+    return nccl.first_of_last_run(sizes, wins)
+
+
+def sim_crossover(n, per_node, links, sizes, a="ring", b="dbtree"):
+    """The same from the simulator, where both algorithms have schedules (else None)."""
+    ok, _ = simulable([a, b], n)
+    if len(ok) < 2:
+        return None
+    topo = topology(n, per_node, links)
+    wins = [run(topo, schedules.steps_of(a, n, max(1, k // 4)))[0]
+            < run(topo, schedules.steps_of(b, n, max(1, k // 4)))[0] for k in sizes]
+    return nccl.first_of_last_run(sizes, wins)
+
+
+def picks(n, per_node, links, sizes):
+    """commrt's cost-model choice at each size: [(first size, algorithm), ...] runs."""
+    from commrt.sim.__main__ import predict
+
+    topo = topology(n, per_node, links)
+    out = []
+    for k in sizes:
+        pred = predict(topo, k)
+        pick = min(pred, key=pred.get)
+        if not out or out[-1][1] != pick:
+            out.append((k, pick))
+    return out
+
+
+def crossovers(ranks, per_node, links, bus, sizes=CROSS_SIZES, simulate=True):
+    rows = []
+    for n in ranks:
+        if n % per_node:
+            continue
+        rows.append({
+            "ranks": n, "nodes": n // per_node,
+            "commrt_model": model_crossover(n, per_node, links, sizes),
+            "commrt_sim": sim_crossover(n, per_node, links, sizes) if simulate else None,
+            "nccl": nccl.crossover(n, n // per_node, bus, sizes),
+            "nccl_simple": nccl.crossover(n, n // per_node, bus, sizes, ("Simple",)),
+            "commrt_picks": picks(n, per_node, links, sizes)})
+    return rows
+
+
+def _size(k, sizes):
+    if k is None:
+        return f"> {fmt_size(sizes[-1])}"
+    return fmt_size(k) if k != sizes[0] else f"<= {fmt_size(k)}"
+
+
+def crossover_table(rows, sizes=CROSS_SIZES):
+    body = [[str(r["ranks"]), str(r["nodes"]), _size(r["commrt_model"], sizes),
+             "no schedules" if r["commrt_sim"] is None else _size(r["commrt_sim"], sizes),
+             _size(r["nccl"], sizes), _size(r["nccl_simple"], sizes),
+             ", ".join(f"{a} from {fmt_size(k)}" for k, a in r["commrt_picks"])]
+            for r in rows]
+    return table(["N", "nodes", "commrt model ring>dbtree", "simulated", "NCCL ring>tree",
+                  "NCCL (Simple)", "commrt's picks"], body, "rrrrrrl")
+
+
+def sweep_table(rows):
+    body = [[str(r["ranks"]), r["algo"], fmt_size(r["bytes"]), f"{r['time_s'] * 1e6:.1f}",
+             f"{r['busbw_GBps']:.3f}", "yes" if r["shortcut"] else "no",
+             "-" if r["model_s"] is None else f"{r['model_s'] * 1e6:.1f}", r["model_pick"]]
+            for r in rows]
+    return table(["N", "algorithm", "size", "sim us", "busbw GB/s", "rank 0 only", "model us",
+                  "model picks"], body, "rllrrlrl")
+
+
+def plot(rows, cross, path, links, per_node, cross_per_node):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    shown = sorted({r["ranks"] for r in rows})
+    shown = [n for n in shown if n in (2, 16, 128, 1024, 16384)] or shown[-3:]
+    for algo in sorted({r["algo"] for r in rows}):
+        for n in shown:
+            pts = [(r["bytes"], r["busbw_GBps"]) for r in rows
+                   if r["algo"] == algo and r["ranks"] == n]
+            if pts:
+                left.plot(*zip(*pts), marker=".", label=f"{algo} N={n}")
+    left.set(xscale="log", yscale="log", xlabel="bytes", ylabel="simulated bus bandwidth GB/s",
+             title=f"simulated all-reduce, {per_node} rank(s)/node, net "
+                   f"{links['alpha_net'] * 1e6:g} us, {1 / links['beta_net'] / 1e9:g} GB/s")
+    left.legend(fontsize=7)
+    big = 2 * CROSS_SIZES[-1]   # "never" drawn above the largest size
+    for key, label in (("commrt_model", "commrt model: ring beats dbtree from"),
+                       ("commrt_sim", "commrt simulator: ring beats dbtree from"),
+                       ("nccl", "NCCL model: ring beats tree from"),
+                       ("nccl_simple", "NCCL model, Simple only")):
+        pts = [(r["ranks"], r[key] or big) for r in cross
+               if r[key] is not None or key != "commrt_sim"]
+        if pts:
+            right.plot(*zip(*pts), marker="o", label=label)
+    right.axhline(big, color="grey", lw=0.5, ls=":")
+    right.set(xscale="log", yscale="log", xlabel="ranks N", ylabel="crossover size (bytes)",
+              title=f"ring vs tree crossover ({cross_per_node} ranks/node; top line: never "
+                    f"up to {fmt_size(CROSS_SIZES[-1])})")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _link_args(p):
+    p.add_argument("--alpha-shm", type=float, default=1e-6)
+    p.add_argument("--beta-shm", type=float, default=1 / 20e9)
+    p.add_argument("--alpha-net", type=float, default=5e-6)
+    p.add_argument("--beta-net", type=float, default=1 / 12.5e9)
+    p.add_argument("--gamma", type=float, default=1 / 10e9)
+    p.add_argument("--segment", default="1M")
+
+
+def _links(args):
+    return {"alpha_shm": args.alpha_shm, "beta_shm": args.beta_shm, "alpha_net": args.alpha_net,
+            "beta_net": args.beta_net, "gamma": args.gamma, "segment": parse_size(args.segment)}
+
+
+def _ints(text):
+    return [int(x) for x in text.split(",")]
+
+
+def _sizes(text):
+    return [parse_size(x) for x in text.split(",")]
+
+
+def main_sweep(argv):
+    p = argparse.ArgumentParser(prog="python -m commrt.sim sweep",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", default=",".join(map(str, RANKS)))
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    p.add_argument("--ranks-per-node", type=int, default=1)
+    p.add_argument("--algos", default=None, help="default: every all-reduce algorithm")
+    p.add_argument("--cross-ranks", default=",".join(map(str, CROSS_RANKS)))
+    p.add_argument("--cross-ranks-per-node", type=int, default=8)
+    p.add_argument("--bus", type=float, default=None,
+                   help="NCCL's bus bandwidth GB/s (default: 1/β_net)")
+    p.add_argument("--json")
+    p.add_argument("--png")
+    _link_args(p)
+    args = p.parse_args(argv)
+    links = _links(args)
+    algos = args.algos.split(",") if args.algos else list(schedules.names())
+    log = (lambda s: print(s, file=sys.stderr))
+    rows, skipped = sweep(_ints(args.ranks), _sizes(args.sizes), algos, args.ranks_per_node,
+                          links, log)
+    bus = args.bus or 1 / links["beta_net"] / 1e9
+    cross = crossovers(_ints(args.cross_ranks), args.cross_ranks_per_node, links, bus)
+    print(sweep_table(rows))
+    for algo, why in sorted(skipped.items()):
+        print(f"not simulated: {algo}: {why}")
+    print()
+    print(crossover_table(cross))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"links": links, "ranks_per_node": args.ranks_per_node,
+                       "cross_ranks_per_node": args.cross_ranks_per_node, "nccl_bus_GBps": bus,
+                       "rows": rows, "not_simulated": skipped, "crossovers": cross}, f, indent=1)
+    if args.png:
+        plot(rows, cross, args.png, links, args.ranks_per_node, args.cross_ranks_per_node)
+    return 0
+
+
+def main_crossover(argv):
+    p = argparse.ArgumentParser(prog="python -m commrt.sim crossover",
+                                description="ring against tree: commrt's model and NCCL's")
+    p.add_argument("--ranks", default=",".join(map(str, CROSS_RANKS)))
+    p.add_argument("--ranks-per-node", type=int, default=8)
+    p.add_argument("--bus", type=float, default=None)
+    p.add_argument("--json")
+    _link_args(p)
+    args = p.parse_args(argv)
+    links = _links(args)
+    cross = crossovers(_ints(args.ranks), args.ranks_per_node, links,
+                       args.bus or 1 / links["beta_net"] / 1e9)
+    print(crossover_table(cross))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(cross, f, indent=1)
+    return 0
