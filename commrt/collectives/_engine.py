@@ -323,13 +323,15 @@ class Call:
     """One collective call on one rank: its fingerprint and its messages."""
 
     def __init__(self, comm, kind, *, count=0, dtype=None, op=None, root=0, algo="-",
-                 timeout=None, seq=None, serving=None):
+                 timeout=None, seq=None, serving=None, label=None):
         """seq: the sequence number of a call already begun (and recorded) by the
         small-message path (collectives/_small.py), which hands it over here.
         serving: the user's collective (its kind) this internal call runs for, on
         every rank at the same point (calibrate): it takes the sequence number
         that call is about to take, without consuming it, so errors and
-        sequence numbers name the user's calls only."""
+        sequence numbers name the user's calls only.
+        label: the name errors give this call (a step of the user's call on a
+        derived communicator, e.g. hierarchical's host reduce)."""
         st = state_of(comm)
         if st.poisoned is not None:
             raise CollectiveMismatchError(f"communicator unusable after an earlier collective "
@@ -339,7 +341,7 @@ class Call:
         self.state = st
         self.rank, self.size = comm.rank, comm.size
         resumed = seq is not None
-        self.serving = serving
+        self.serving, self.label = serving, label
         if not resumed:
             seq = st.seq
             if serving is None:
@@ -372,6 +374,8 @@ class Call:
 
     @property
     def name(self):
+        if self.label is not None:
+            return self.label
         if self.serving is not None:
             return f"{self.serving} #{self.seq} (its {self.kind})"
         return f"{self.kind} #{self.seq}"

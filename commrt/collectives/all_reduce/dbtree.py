@@ -168,7 +168,7 @@ def run(call, buf, red):
     trees = []
     for t in (0, 1):
         if b[t + 1] > b[t]:
-            sub = Call(comms[t], "all_reduce", algo="dbtree", **kw)
+            sub = Call(comms[t], "all_reduce", algo="dbtree", label=f"{call.name} (tree {t})", **kw)
             sub.start()
             trees.append(_Tree(sub, t, buf, b[t], b[t + 1], red))
     for i in range(max(len(t.pieces) for t in trees)):

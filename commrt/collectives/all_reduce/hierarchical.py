@@ -77,18 +77,19 @@ def run(call, buf, red):
     local, leaders = communicators(call)
     kw = dict(count=call.count, dtype=call.dtype, op=call.op, timeout=call.timeout)
     if local.size > 1:
-        sub = Call(local, "reduce", algo="binomial", **kw)
+        sub = Call(local, "reduce", algo="binomial", label=f"{call.name} (its host reduce)", **kw)
         sub.start()
         reduce_binomial.reduce_to(sub, buf, 0, red, acc=buf)
         sub.end()
     if leaders is not None and leaders.size > 1:
-        sub = Call(leaders, "all_reduce", algo="ring", **kw)
+        sub = Call(leaders, "all_reduce", algo="ring", label=f"{call.name} (its leaders' ring)",
+                   **kw)
         sub.start()
         ring.run(sub, buf, red)
         sub.end()
     if local.size > 1:
         algo = "pipeline" if buf.nbytes >= 1 << 20 else "binomial"
-        sub = Call(local, "broadcast", algo=algo, **kw)
+        sub = Call(local, "broadcast", algo=algo, label=f"{call.name} (its host broadcast)", **kw)
         sub.start()
         (bcast_pipeline if algo == "pipeline" else bcast_binomial).run(sub, buf, 0)
         sub.end()
