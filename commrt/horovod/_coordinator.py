@@ -51,19 +51,22 @@ JOIN = "__join__"
 
 class Op:
     """One submitted operation.  sig: what every rank must agree on (per kind,
-    see _check); bufs: this rank's arrays (reduced or broadcast in place)."""
+    see _check); bufs: this rank's arrays (reduced or broadcast in place).
+    done turns True once result/error are set; waiters sleep on the
+    coordinator's `finished` condition, notified once per round (no Event per
+    op: making one costs more than the rest of a tiny tensor's submission)."""
 
-    __slots__ = ("kind", "name", "sig", "bufs", "ps", "result", "error", "event", "t0")
+    __slots__ = ("kind", "name", "sig", "bufs", "ps", "result", "error", "done")
 
     def __init__(self, kind, name, sig, bufs, ps):
         self.kind, self.name, self.sig, self.bufs, self.ps = kind, name, sig, bufs, ps
         self.result = self.error = None
-        self.event = threading.Event()
-        self.t0 = time.monotonic()
+        self.done = False
 
     def finish(self, result=None, error=None):
+        """Set the outcome; the caller then notifies Coordinator.finished."""
         self.result, self.error = result, error
-        self.event.set()
+        self.done = True
 
 
 class SetState:
@@ -103,6 +106,8 @@ class Coordinator:
         self.timeline = timeline
         self.lock = threading.Lock()
         self.wake = threading.Condition(self.lock)
+        self.finished = threading.Condition(threading.Lock())   # some ops are done
+        self._idle = False                       # the loop waits on `wake` (lock)
         self.stopping = False
         self.broken = None                       # HorovodInternalError once the job broke
         self.sets = {}
@@ -146,16 +151,20 @@ class Coordinator:
             op = Op(kind, name, sig, bufs, ps)
             ps.inflight.add(name)
             ps.incoming.append(op)
-            self.wake.notify()
+            if self._idle:                       # wake the loop once, not per tensor
+                self._idle = False
+                self.wake.notify()
         if self.timeline is not None:
             self.timeline.start(name, "NEGOTIATE_" + kind.upper())
         return op
 
     def wait(self, op):
         """Block until op finished; its result, or its error raised."""
-        if not op.event.wait(self.timeout):
-            raise HorovodInternalError(f"{op.kind} {op.name!r} did not finish within "
-                                       f"COMMRT_TIMEOUT={self.timeout:g} s")
+        if not op.done:
+            with self.finished:
+                if not self.finished.wait_for(lambda: op.done, self.timeout):
+                    raise HorovodInternalError(f"{op.kind} {op.name!r} did not finish within "
+                                               f"COMMRT_TIMEOUT={self.timeout:g} s")
         if op.error is not None:
             raise op.error
         return op.result
@@ -188,7 +197,9 @@ class Coordinator:
             busy = any(ps.incoming or ps.unsent or ps.claimed or ps.waiting or ps.joined
                        for ps in self.sets.values())
             if not busy and not self.stopping:
+                self._idle = True
                 self.wake.wait(IDLE_S)
+                self._idle = False
             stopping = self.stopping
         if self.cycle_s and not stopping:
             # rounds start at most once a cycle, as Horovod's: what is submitted within
@@ -236,6 +247,7 @@ class Coordinator:
             self.stats["negotiations"] += 1
             ready += self._negotiate(ps)
         self._run(ps, ready)
+        self._notify_finished()
         return vec[1] == 1
 
     def _negotiate(self, ps):
@@ -407,8 +419,13 @@ class Coordinator:
                 ps.incoming, ps.unsent, ps.claimed, ps.waiting = [], [], {}, {}
                 ps.inflight.clear()
         for op in ops:
-            if not op.event.is_set():
+            if not op.done:
                 op.finish(error=err)
+        self._notify_finished()
+
+    def _notify_finished(self):
+        with self.finished:
+            self.finished.notify_all()
 
     # ------------------------------------------------------------ timeline
     def _timeline_begin(self, op, name, sigs):

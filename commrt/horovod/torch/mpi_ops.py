@@ -88,7 +88,10 @@ def _shape(t):
 
 # ---------------------------------------------------------------- allreduce
 def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
-                     process_set):
+                     process_set, single=False):
+    """Submit the allreduce of tensors into outputs -> handle; synchronize returns
+    outputs (outputs[0] when single).  The per-tensor path of DistributedOptimizer's
+    hooks: no torch ops beyond one NumPy view for a contiguous CPU tensor."""
     _check_op(op)
     arrays, finishes = [], []
     for t, out in zip(tensors, outputs):
@@ -98,17 +101,22 @@ def _allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_fact
                 out.copy_(t)
         a, fin = _adapter.reduce_view(out)
         arrays.append(a)
-        finishes.append(fin)
-    dtypes = {_adapter.dtype_code(a) for a in arrays}
-    if len(dtypes) > 1:
+        if fin is not _adapter.noop:
+            finishes.append(fin)
+    code = _adapter.dtype_code(arrays[0])
+    if any(_adapter.dtype_code(a) != code for a in arrays[1:]):
         raise ValueError("a grouped allreduce needs tensors of one dtype")
-    sig = ("allreduce", _adapter.dtype_code(arrays[0]), tuple(_shape(t) for t in tensors), op,
+    sig = ("allreduce", code, tuple(tuple(t.shape) for t in tensors), op,
            float(prescale_factor), float(postscale_factor))
-
-    def finish(_):
-        for fin in finishes:
-            fin()
-        return outputs
+    result = outputs[0] if single else outputs
+    if finishes:
+        def finish(_):
+            for fin in finishes:
+                fin()
+            return result
+    else:
+        def finish(_):
+            return result
     return _submit("allreduce", name, sig, arrays, process_set, finish)
 
 
@@ -118,20 +126,16 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     not modified, synchronize(handle) returns a new tensor."""
     op = handle_average_backwards_compatibility(op, average)
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    h = _allreduce_async([tensor], [output], name, op, prescale_factor, postscale_factor,
-                         process_set)
-    _single(h)
-    return h
+    return _allreduce_async([tensor], [output], name, op, prescale_factor, postscale_factor,
+                            process_set, single=True)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Like allreduce_async, in place: synchronize(handle) returns tensor itself."""
     op = handle_average_backwards_compatibility(op, average)
-    h = _allreduce_async([tensor], [tensor], name, op, prescale_factor, postscale_factor,
-                         process_set)
-    _single(h)
-    return h
+    return _allreduce_async([tensor], [tensor], name, op, prescale_factor, postscale_factor,
+                            process_set, single=True)
 
 
 def _single(h):
@@ -520,7 +524,7 @@ def poll(handle):
     entry = _handle_map.get(handle)
     if entry is None:
         raise ValueError(f"unknown handle {handle!r}")
-    return entry[0].event.is_set()
+    return entry[0].done
 
 
 def synchronize(handle):
