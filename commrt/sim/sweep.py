@@ -147,6 +147,32 @@ def crossover_table(rows, sizes=CROSS_SIZES):
                   "NCCL (Simple)", "commrt's picks"], body, "rrrrrrl")
 
 
+def simulated_best(rows):
+    """{N: [(first size, algorithm), ...]}: the simulated fastest algorithm's runs over
+    sizes, and the cost model's pick beside it, per world size."""
+    out = {}
+    for n in sorted({r["ranks"] for r in rows}):
+        sim, model = [], []
+        for k in sorted({r["bytes"] for r in rows if r["ranks"] == n}):
+            cell = [r for r in rows if r["ranks"] == n and r["bytes"] == k]
+            fastest = min(cell, key=lambda r: r["time_s"])["algo"]
+            if not sim or sim[-1][1] != fastest:
+                sim.append((k, fastest))
+            if not model or model[-1][1] != cell[0]["model_pick"]:
+                model.append((k, cell[0]["model_pick"]))
+        out[n] = {"simulated": sim, "model": model}
+    return out
+
+
+def best_table(rows):
+    def runs(seq):
+        return ", ".join(f"{a} from {fmt_size(k)}" for k, a in seq)
+    body = [[str(n), runs(b["simulated"]), runs(b["model"])]
+            for n, b in simulated_best(rows).items()]
+    return table(["N", "fastest simulated", "the cost model picks (all algorithms)"], body,
+                 "rll")
+
+
 def sweep_table(rows):
     body = [[str(r["ranks"]), r["algo"], fmt_size(r["bytes"]), f"{r['time_s'] * 1e6:.1f}",
              f"{r['busbw_GBps']:.3f}", "yes" if r["shortcut"] else "no",
@@ -241,12 +267,15 @@ def main_sweep(argv):
     for algo, why in sorted(skipped.items()):
         print(f"not simulated: {algo}: {why}")
     print()
+    print(best_table(rows))
+    print()
     print(crossover_table(cross))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"links": links, "ranks_per_node": args.ranks_per_node,
                        "cross_ranks_per_node": args.cross_ranks_per_node, "nccl_bus_GBps": bus,
-                       "rows": rows, "not_simulated": skipped, "crossovers": cross}, f, indent=1)
+                       "rows": rows, "not_simulated": skipped, "crossovers": cross,
+                       "simulated_best": simulated_best(rows)}, f, indent=1)
     if args.png:
         plot(rows, cross, args.png, links, args.ranks_per_node, args.cross_ranks_per_node)
     return 0

@@ -135,8 +135,12 @@ def test_sweep_command_json_and_png(tmp_path):
         n, k, t = r["ranks"], r["bytes"], r["time_s"]
         assert t > 0 and r["busbw_GBps"] == pytest.approx(2 * (n - 1) / n * k / t / 1e9)
     assert [c["ranks"] for c in res["crossovers"]] == [16, 64]
+    for n, best in res["simulated_best"].items():   # the fastest simulated, per size
+        for k, algo in best["simulated"]:
+            cell = [r for r in res["rows"] if r["ranks"] == int(n) and r["bytes"] == k]
+            assert min(cell, key=lambda r: r["time_s"])["algo"] == algo
     assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "NCCL ring>tree" in out.stdout
+    assert "NCCL ring>tree" in out.stdout and "fastest simulated" in out.stdout
 
 
 @pytest.mark.timeout(300)
