@@ -31,6 +31,7 @@ the coordinator: every pending and later operation raises
 HorovodInternalError, and the communicators are aborted so that the other
 ranks stop too.
 """
+import math
 import sys
 import threading
 import time
@@ -83,7 +84,7 @@ class SetState:
         self.claimed = {}                        # cache bit -> Op pending here
         self.waiting = {}                        # name -> Op in the table
         self.table = {}                          # name -> {rank: sig}, in insertion order
-        self.cache = []                          # bit -> (name, sigs by rank)
+        self.cache = []                          # bit -> (name, sigs by rank, {rank: sig})
         self.lookup = {}                         # (name, my sig) -> bit
         self.by_name = {}                        # name -> bit
         self.joined = []                         # ranks that joined, in order
@@ -240,7 +241,7 @@ class Coordinator:
         ready = []
         if use_cache:
             for bit in np.flatnonzero(vec[2:]):
-                name, sigs = ps.cache[bit]
+                name, _, sigs = ps.cache[bit]
                 ready.append((name, sigs, ps.claimed.pop(int(bit)), None))
             self.stats["cached"] += len(ready)
         if vec[0] == 0:
@@ -329,7 +330,7 @@ class Coordinator:
             ps.by_name[name] = bit
         else:
             ps.lookup.pop((name, ps.cache[bit][1][ps.rank]), None)
-        ps.cache[bit] = (name, row)
+        ps.cache[bit] = (name, row, sigs)        # sigs: the rank -> sig dict _run takes
         ps.lookup[(name, row[ps.rank])] = bit
 
     def _fuse(self, items):
@@ -364,10 +365,8 @@ class Coordinator:
         else:
             flat = self._fusion_buffer(dtype, total)
             self._activity(group, "MEMCPY_IN_FUSION_BUFFER")
-            off = 0
-            for a in arrays:
-                flat[off:off + a.size] = a.reshape(-1)
-                off += a.size
+            # one C call packs them all (the arrays are flat views, or zeros of any shape)
+            np.concatenate([a.reshape(-1) for a in arrays], out=flat)
         self._activity(group, "GLOO_ALLREDUCE")
         _scale(flat, pre)
         if flat.size:
@@ -381,14 +380,24 @@ class Coordinator:
             for a in arrays:
                 a.reshape(-1)[:] = flat[off:off + a.size]
                 off += a.size
-        for name, sigs, op in group:
-            self._done(ps, op)
+        self._done_group(ps, [op for _, _, op in group])
 
     def _fusion_buffer(self, dtype, n):
         buf = self._fusion.get(dtype)
         if buf is None or buf.size < n:
             buf = self._fusion[dtype] = np.empty(max(n, 1024), dtype)
         return buf[:n]
+
+    def _done_group(self, ps, ops):
+        """_done for a fused group's ops, under one lock."""
+        ops = [op for op in ops if op is not None]
+        with self.lock:
+            for op in ops:
+                ps.inflight.discard(op.name)
+        for op in ops:
+            if self.timeline is not None:
+                self.timeline.end(op.name)
+            op.finish()
 
     def _done(self, ps, op, result=None, error=None):
         if op is None:                           # a joined rank took part with zeros
@@ -471,7 +480,7 @@ def sig_shapes(sigs):
 
 
 def _nbytes(sig):
-    return _dtype(sig[1]).itemsize * sum(int(np.prod(s)) for s in sig[2])
+    return _dtype(sig[1]).itemsize * sum(math.prod(s) for s in sig[2])
 
 
 def describe(sig):
@@ -488,10 +497,18 @@ def describe(sig):
 
 def _dtype(code):
     """The NumPy dtype of a signature's dtype code ("bfloat16": commrt's BFLOAT16)."""
-    if code == "bfloat16":
-        from commrt.kernels.bfloat16 import BFLOAT16
-        return BFLOAT16
-    return np.dtype(code)
+    dt = _DTYPES.get(code)
+    if dt is None:
+        if code == "bfloat16":
+            from commrt.kernels.bfloat16 import BFLOAT16
+            dt = BFLOAT16
+        else:
+            dt = np.dtype(code)
+        _DTYPES[code] = dt
+    return dt
+
+
+_DTYPES = {}             # code -> dtype: np.dtype(code) per tensor per round adds up
 
 
 def _dt(code):

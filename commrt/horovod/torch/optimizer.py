@@ -127,10 +127,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         return 1.0, 1.0
 
-    def _allreduce_grad_async(self, p):
+    def _allreduce_grad_async(self, p, name=None):
         if p.grad is None:
             p.grad = p.data.new(p.size()).zero_()
-        name = self._parameter_names.get(p)
+        if name is None:
+            name = self._parameter_names.get(p)
         tensor = p.grad
         if tensor.is_sparse:
             if self.sparse_as_dense:
@@ -154,31 +155,36 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return handle, [c for _, c in pairs]
 
     def _make_hook(self, p):
+        name = self._parameter_names.get(p)      # looked up once, not per backward
+
         def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        "Gradients were computed more than backward_passes_per_step times "
-                        "before call to step(). Increase backward_passes_per_step to "
-                        "accumulate gradients locally.")
+            handles, delays = self._handles, self._allreduce_delay
+            entry = handles.get(p)
+            left = delays[p]
+            if entry is not None and entry[0] is not None and left <= 0:
+                raise AssertionError(
+                    "Gradients were computed more than backward_passes_per_step times "
+                    "before call to step(). Increase backward_passes_per_step to "
+                    "accumulate gradients locally.")
             assert not p.grad.requires_grad
-            assert self._allreduce_delay[p] > 0
+            assert left > 0
             handle, ctx = None, None
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
+            left -= 1
+            delays[p] = left
+            if left == 0:
                 if self._groups is not None:
                     group = self._p_to_group[p]
                     self._group_counts[group] += 1
                     if self._group_counts[group] == len(group):
                         handle, ctxs = self._grouped_allreduce_grad_async(group)
-                        self._handles[group] = (handle, ctxs)
+                        handles[group] = (handle, ctxs)
                         for gp in group:
-                            self._handles.pop(gp, None)
+                            handles.pop(gp, None)
                         self._group_counts[group] = 0
                         return
                 else:
-                    handle, ctx = self._allreduce_grad_async(p)
-            self._handles[p] = (handle, ctx)
+                    handle, ctx = self._allreduce_grad_async(p, name)
+            handles[p] = (handle, ctx)
         return hook
 
     def synchronize(self):
