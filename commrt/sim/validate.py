@@ -1,7 +1,7 @@
 """The simulator against commrt's own measurements on this machine (shared memory).
 
     python -m commrt.sim validate [--ranks 2,4,8] [--sizes 64K,1M,16M]
-        [--algos rabenseifner] [--rounds 3] [--json out.json]
+        [--algos NAME,...] [--rounds 3] [--json out.json]
     python -m commrt.sim validate --hosts 2 --ranks-per-host 2 --rates 1gbit,10gbit ...
 
 Per world size N: α, β and γ come from commrt's calibration of an N-rank job
@@ -138,22 +138,25 @@ def main(argv=None):
                                 description=__doc__.splitlines()[0])
     p.add_argument("--ranks", default="2,4,8")
     p.add_argument("--sizes", default="64K,1M,16M")
-    p.add_argument("--algos", default="rabenseifner")
+    p.add_argument("--algos", default=None,
+                   help="default: every all-reduce algorithm with a schedule")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--hosts", type=int, help="namespace hosts instead of one (root)")
     p.add_argument("--ranks-per-host", type=int, default=2)
     p.add_argument("--rates", default="1gbit,10gbit")
     p.add_argument("--json")
     args = p.parse_args(argv)
+    algos = (args.algos.split(",") if args.algos else
+             [a for a in schedules.names() if schedules.has_schedule(a)])
     sizes = [parse_size(x) for x in args.sizes.split(",")]
     if args.hosts:
         data = run_hosts(args.hosts, args.ranks_per_host, args.rates.split(","), sizes,
-                         args.algos.split(","), args.rounds)
+                         algos, args.rounds)
         print(f"{args.hosts} namespace hosts x {args.ranks_per_host} ranks")
         print(report(data, "link"))
     else:
         ranks = [int(x) for x in args.ranks.split(",")]
-        data = run(ranks, sizes, args.algos.split(","), args.rounds)
+        data = run(ranks, sizes, algos, args.rounds)
         print(report(data))
     if args.json:
         with open(args.json, "w") as f:
