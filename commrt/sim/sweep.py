@@ -190,12 +190,14 @@ def plot(rows, cross, path, links, per_node, cross_per_node):
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     shown = sorted({r["ranks"] for r in rows})
     shown = [n for n in shown if n in (2, 16, 128, 1024, 16384)] or shown[-3:]
-    for algo in sorted({r["algo"] for r in rows}):
-        for n in shown:
+    styles = ("-", "--", ":", "-.")   # one per algorithm, one colour per N
+    for i, algo in enumerate(sorted({r["algo"] for r in rows})):
+        for j, n in enumerate(shown):
             pts = [(r["bytes"], r["busbw_GBps"]) for r in rows
                    if r["algo"] == algo and r["ranks"] == n]
             if pts:
-                left.plot(*zip(*pts), marker=".", label=f"{algo} N={n}")
+                left.plot(*zip(*pts), marker=".", ls=styles[i % len(styles)], color=f"C{j}",
+                          label=f"{algo} N={n}")
     left.set(xscale="log", yscale="log", xlabel="bytes", ylabel="simulated bus bandwidth GB/s",
              title=f"simulated all-reduce, {per_node} rank(s)/node, net "
                    f"{links['alpha_net'] * 1e6:g} us, {1 / links['beta_net'] / 1e9:g} GB/s")
