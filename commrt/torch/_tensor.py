@@ -36,8 +36,7 @@ def _check_dtype(t, name):
 
 def in_place_ok(t):
     """Whether t can be handed to commrt without a copy."""
-    return (t.device.type == "cpu" and t.is_contiguous() and not t.is_conj()
-            and not t.is_neg())
+    return t.is_cpu and t.is_contiguous() and not t.is_conj() and not t.is_neg()
 
 
 def _contiguous_copy(t):
@@ -49,6 +48,11 @@ def as_numpy(t):
     """The flat NumPy view of a contiguous CPU tensor (zero copy)."""
     if not t.is_contiguous():
         raise ValueError("as_numpy: the tensor is not contiguous (use contiguous())")
+    return view(t)
+
+
+def view(t):
+    """as_numpy without the check (the caller knows t is in-place-able)."""
     t = t.detach()
     if t.dtype is _BF16:
         return t.view(_I16).numpy().reshape(-1).view(BFLOAT16)

@@ -29,7 +29,8 @@ from torch.futures import Future
 
 import commrt.collectives as C
 from commrt.errors import CommError
-from commrt.torch._tensor import as_numpy, contiguous, in_place_ok, to_tensor
+from commrt.torch._tensor import as_numpy, contiguous, in_place_ok
+from commrt.torch._tensor import view as _view
 
 __all__ = ["ProcessGroupCommrt", "create"]
 
@@ -261,7 +262,7 @@ def _one(tensors, what):
 def _host(t, writable):
     """(flat NumPy view or staged copy, copy-back or None)."""
     if in_place_ok(t):
-        return as_numpy(t), None
+        return _view(t), None
     staged, back = contiguous(t)
     return as_numpy(staged), (back if writable else None)
 
