@@ -781,7 +781,9 @@ def create(opts, backend_options=None):
     group = opts.group_id
     if not members or (_current[0] is None):
         # the default group: build the world
-        timeout_s = min(timeout.total_seconds(), 300.0) if timeout else 300.0
+        # the bootstrap waits for every rank to start: at least a minute, whatever
+        # the (per-operation) timeout, so a short one does not fail a slow start
+        timeout_s = min(max(timeout.total_seconds(), 60.0), 300.0) if timeout else 300.0
         try:
             comm = build_world(opts.store, opts.group_rank, opts.group_size, timeout_s)
         except Exception as exc:  # noqa: BLE001
