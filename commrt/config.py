@@ -85,6 +85,14 @@ knob("COMMRT_UNEXPECTED_BYTES", 4 << 20, _size,
      "each peer, at least 64 KiB: the eager credit it grants that peer.  A sender out of credit "
      "waits until the receiver matches (a blocking send may then wait for its receive, as MPI "
      "allows: use sendrecv or non-blocking sends for exchanges).")
+knob("COMMRT_HEARTBEAT_S", 0.5, float,
+     "Seconds between two heartbeats of a rank's transport to each peer (a counter in shared "
+     "memory, a 64-byte BEAT frame over an idle TCP link), sent by a C thread that never "
+     "needs the GIL.")
+knob("COMMRT_LIVENESS_TIMEOUT_S", 8.0, float,
+     "A peer not heard from for this many seconds (stopped, frozen, or its link cut) is "
+     "lost: pending and later operations on it fail with PeerUnresponsiveError naming it.  "
+     "A rank computing or sleeping keeps beating.  0: never (only exits and resets count).")
 knob("COMMRT_SHM_RING_BYTES", 1 << 20, _size, "Bytes of each shared-memory ring, per direction.")
 knob("COMMRT_SHM_CHUNK_BYTES", 64 << 10, _size,
      "Bytes per piece of a large shared-memory message streamed through the pair's ring "

@@ -7,6 +7,7 @@ sizes.  Where a built-in exception fits, the error also inherits it, so that
     CommError
     ├── TransportError (ConnectionError)
     │   ├── PeerLostError        a peer died or its connection broke
+    │   │   └── PeerUnresponsiveError   no heartbeat: stopped, frozen, or its link cut
     │   ├── AuthError            a connection without the job's secret
     │   └── ProtocolError        bytes on a connection that are not commrt's
     ├── CommTimeoutError (TimeoutError)
@@ -50,6 +51,11 @@ class PeerLostError(TransportError):
         if detail:
             msg += f": {detail}"
         super().__init__(msg)
+
+
+class PeerUnresponsiveError(PeerLostError):
+    """A peer sent no heartbeat within COMMRT_LIVENESS_TIMEOUT_S: its process is
+    stopped or frozen, or the link to it is cut (it did not exit)."""
 
 
 class AuthError(TransportError):

@@ -42,7 +42,7 @@ from commrt.rendezvous.store import StoreServer
 
 _PR_SET_PDEATHSIG = 1
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_LOST_PEER = re.compile(r"PeerLostError: lost peer rank (\d+)")
+_LOST_PEER = re.compile(r"(PeerLostError|PeerUnresponsiveError): lost peer rank (\d+)")
 _DRAIN_S = 1.0           # after the last rank exits, wait this long for its pipes to close
 _BLAME_WAIT_S = 0.5      # how long a lost peer's own exit may lag behind its victims'
 _LAUNCHER_KNOBS = ("COMMRT_",)  # forwarded to remote ranks from our own environment
@@ -78,6 +78,7 @@ class Rank:
     remote: bool
     proc: object = None
     returncode: Optional[int] = None
+    stopped_since: Optional[float] = None   # when its process was first seen stopped (state T)
 
     @property
     def rank(self):
@@ -110,6 +111,8 @@ class Job:
                                    to_terminal=spec.output_to_terminal, append=attempt > 0)
         self.secret = auth.new_secret()
         self.failed = None          # the first rank that failed: the root cause
+        self.failed_how = None      # how it failed, when it did not end (stopped, silent)
+        self.liveness_s = _liveness_timeout(spec.env)   # a rank stopped this long is the cause
         self.stop_reason = None     # why we are stopping, if we are
         self.exit_code = 0
         self.kill_at = None
@@ -320,6 +323,7 @@ class Job:
                     self._on_readable(sel, key.data)
             self._reap(sel)
             now = time.monotonic()
+            self._watch_stopped(now)
             if deadline is not None and now >= deadline and self.stop_reason is None:
                 self._stop(f"the job ran past --timeout {self.spec.timeout:g} s", signal.SIGTERM,
                            code=124)
@@ -397,10 +401,62 @@ class Job:
             self._drain(sel, r)  # its last words, before we judge who failed first
         failures = [r for r in ended if r.returncode != 0]
         if failures and self.failed is None and self.stop_reason is None:
+            silent = self._unresponsive_peer(failures)
+            if silent is not None:                  # the cause is alive, stopped or cut off
+                self._blame_unresponsive(*silent)
+                return
             failures += self._blamed_peers(sel, failures)
             r = self.failed = self._root_cause(failures)
             code = r.returncode if r.returncode > 0 else 128 - r.returncode
             self._stop(f"rank {r.rank} {describe_exit(r.returncode)}", signal.SIGTERM, code=code)
+
+    def _unresponsive_peer(self, failures):
+        """A rank the failed ones lost that has not ended: stopped (its process is
+        in state T) or reported unresponsive (no heartbeat).  (rank, reporters)."""
+        for r in failures:
+            for line in self.router.tail(r.rank):
+                m = _LOST_PEER.search(line)
+                if not m or int(m.group(2)) >= len(self.ranks):
+                    continue
+                peer = self.ranks[int(m.group(2))]
+                if peer is r or peer.returncode is not None or peer.proc.poll() is not None:
+                    continue
+                if m.group(1) == "PeerUnresponsiveError" or _proc_state(peer) == "T":
+                    reporters = [q.rank for q in failures if any(
+                        f"lost peer rank {peer.rank}" in t for t in self.router.tail(q.rank))]
+                    return peer, reporters
+        return None
+
+    def _blame_unresponsive(self, peer, reporters, stopped_s=None):
+        """Stop the job naming a rank that stopped running without ending."""
+        stopped = _proc_state(peer) == "T"
+        if stopped:
+            how = "was stopped (SIGSTOP or a frozen process)"
+            if stopped_s is not None:
+                how += f" for {stopped_s:.0f} s"
+        else:
+            how = "stopped responding (no heartbeat: frozen, or its link cut)"
+        if reporters:
+            how += "; rank(s) " + ", ".join(map(str, reporters)) + " lost it"
+        self.failed, self.failed_how = peer, how
+        self._stop(f"rank {peer.rank} {how}", signal.SIGTERM,
+                   code=128 + signal.SIGSTOP if stopped else 1)
+
+    def _watch_stopped(self, now):
+        """A local rank whose process stays stopped past the liveness timeout is the
+        culprit even if no other rank has failed yet (or they catch their errors)."""
+        if self.stop_reason is not None or not self.liveness_s:
+            return
+        for r in self.ranks:
+            if r.remote or r.returncode is not None:
+                continue
+            if _proc_state(r) != "T":
+                r.stopped_since = None
+            elif r.stopped_since is None:
+                r.stopped_since = now
+            elif now - r.stopped_since > self.liveness_s + 1.0:     # the ranks' reports first
+                self._blame_unresponsive(r, [], now - r.stopped_since)
+                return
 
     def _blamed_peers(self, sel, failures):
         """Peers that failed ranks say they lost but that we have not seen end
@@ -409,7 +465,7 @@ class Job:
         for r in failures:
             for line in self.router.tail(r.rank):
                 m = _LOST_PEER.search(line)
-                peer = self.ranks[int(m.group(1))] if m and int(m.group(1)) < len(self.ranks) else None
+                peer = self.ranks[int(m.group(2))] if m and int(m.group(2)) < len(self.ranks) else None
                 if peer is None or peer.returncode is not None or peer in blamed:
                     continue
                 try:
@@ -429,8 +485,8 @@ class Job:
         for r in failures:
             for line in reversed(self.router.tail(r.rank)):
                 m = _LOST_PEER.search(line)
-                if m and int(m.group(1)) in failed and int(m.group(1)) != r.rank:
-                    return failed[int(m.group(1))]
+                if m and int(m.group(2)) in failed and int(m.group(2)) != r.rank:
+                    return failed[int(m.group(2))]
         return failures[0]
 
     def _drain(self, sel, r):
@@ -506,7 +562,8 @@ class Job:
         if self.failed is not None:
             r = self.failed
             lines[0] = (f"rank {r.rank} (pid {r.proc.pid} on {r.placement.host}) "
-                        f"{describe_exit(r.returncode)}; stopped {len(stopped)} other rank(s)")
+                        f"{self.failed_how or describe_exit(r.returncode)}; "
+                        f"stopped {len(stopped)} other rank(s)")
             tail = self.router.tail(r.rank)
             if tail:
                 lines.append(f"last lines of rank {r.rank}'s stderr:")
@@ -521,6 +578,29 @@ class Job:
 
 class LaunchError(RuntimeError):
     """The launcher could not start the job."""
+
+
+def _liveness_timeout(env):
+    """COMMRT_LIVENESS_TIMEOUT_S as the ranks will see it (the job's -x/env first)."""
+    from commrt import config
+
+    text = env.get("COMMRT_LIVENESS_TIMEOUT_S")
+    try:
+        return float(text) if text else config.get("COMMRT_LIVENESS_TIMEOUT_S")
+    except ValueError:
+        return config.KNOBS["COMMRT_LIVENESS_TIMEOUT_S"].default
+
+
+def _proc_state(r):
+    """The state letter of a local rank's process (/proc/PID/stat: R, S, D, T, ...),
+    or None when it cannot be read (remote, gone)."""
+    if r.remote:
+        return None
+    try:
+        with open(f"/proc/{r.proc.pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def describe_exit(returncode):

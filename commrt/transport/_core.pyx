@@ -172,7 +172,8 @@ cdef class Engine:
     def __cinit__(self, int rank, int size, *, uint64_t eager_limit=16384, uint64_t chunk=262144,
                   double spin_us=50.0, double spin_max_us=1000.0, bint oversubscribed=False,
                   double timeout=300.0, double progress_delay_us=1000.0,
-                  uint64_t cma_min_bytes=12582912, uint64_t credit_bytes=4194304):
+                  uint64_t cma_min_bytes=12582912, uint64_t credit_bytes=4194304,
+                  double heartbeat_s=0.5, double liveness_timeout_s=8.0):
         cdef epoll_event ev
         cdef pthread_condattr_t ca
         if size < 1 or rank < 0 or rank >= size:
@@ -195,6 +196,11 @@ cdef class Engine:
         self.E.chunk = max(<uint64_t>64, chunk & ~(<uint64_t>63))
         self.E.cma_min = cma_min_bytes
         self.E.credit_bytes = max(credit_bytes, <uint64_t>MIN_CREDIT)
+        if not heartbeat_s > 0 or not liveness_timeout_s >= 0:
+            raise ValueError(f"heartbeat_s must be > 0 and liveness_timeout_s >= 0, got "
+                             f"{heartbeat_s} and {liveness_timeout_s}")
+        self.E.beat_ns = <int64_t>(heartbeat_s * 1e9)
+        self.E.silent_ns = <int64_t>(liveness_timeout_s * 1e9)
         self.E.spin_ns = <int64_t>(spin_us * 1000.0)
         self.E.spin_min_ns = self.E.spin_ns
         self.E.pt_delay_ns = <int64_t>(progress_delay_us * 1000.0)
@@ -206,6 +212,7 @@ cdef class Engine:
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)
         pthread_cond_init(&self.E.done_cond, &ca)
         pthread_cond_init(&self.E.pt_cond, &ca)
+        pthread_cond_init(&self.E.beat_cond, &ca)
         for i in range(size):
             self.E.peers[i].rank = i
             self.E.peers[i].fd = -1
@@ -318,6 +325,10 @@ cdef class Engine:
             if pthread_create(&self.E.pt, NULL, pt_main, <void *>self.E) != 0:
                 raise OSError(errno, "cannot start the progress thread")
             self.E.pt_running = True
+        if self.size > 1 and not self.E.beat_running:       # liveness: see engine.pxi
+            if pthread_create(&self.E.beat, NULL, beat_main, <void *>self.E) != 0:
+                raise OSError(errno, "cannot start the heartbeat thread")
+            self.E.beat_running = True
 
     def peer_kind(self, int rank):
         """The channel's kind: 'self', 'shm' or 'tcp' (chan_ops_t.name), or 'none'."""
@@ -602,6 +613,8 @@ cdef class Engine:
             detail = (<bytes>self.E.peers[rank].reason).decode("utf-8", "replace")
         if err == E_CLOSED and rank == self.rank:
             return errors.CommError("the communicator was closed with this operation pending")
+        if err == E_SILENT:
+            return errors.PeerUnresponsiveError(shown, detail, op=q.op, tag=tag)
         return errors.PeerLostError(shown, detail, op=q.op, tag=tag)
 
     # ------------------------------------------------------------ control
@@ -732,6 +745,14 @@ cdef class Engine:
         cdef req_t *r
         if E == NULL:
             return
+        if E.beat_running:
+            with nogil:
+                pthread_mutex_lock(&E.lock)
+                E.beat_stop = True
+                pthread_cond_signal(&E.beat_cond)
+                pthread_mutex_unlock(&E.lock)
+                pthread_join(E.beat, NULL)
+            E.beat_running = False
         if E.pt_running:
             with nogil:
                 pthread_mutex_lock(&E.lock)
@@ -762,12 +783,14 @@ cdef class Engine:
             u = E.unexp_head
             unexp_remove(E, u)
             free_umsg(E, u)
+        pool_drain(E)
         close(E.epfd)
         close(E.iofd)
         close(E.doorbell)
         close(E.kickfd)
         pthread_cond_destroy(&E.done_cond)
         pthread_cond_destroy(&E.pt_cond)
+        pthread_cond_destroy(&E.beat_cond)
         pthread_mutex_destroy(&E.lock)
         if E.cbuf != NULL:
             free(E.cbuf)

@@ -91,7 +91,9 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
                           cma_min_bytes=_cma_min_bytes(oversub),
                           chunk=config.get("COMMRT_SHM_CHUNK_BYTES"),
                           timeout=config.get("COMMRT_TIMEOUT"),
-                          credit_bytes=config.get("COMMRT_UNEXPECTED_BYTES"))
+                          credit_bytes=config.get("COMMRT_UNEXPECTED_BYTES"),
+                          heartbeat_s=config.get("COMMRT_HEARTBEAT_S"),
+                          liveness_timeout_s=config.get("COMMRT_LIVENESS_TIMEOUT_S"))
     prefix = f"commrt/mesh/{generation}"
     deadline = time.monotonic() + timeout
     with _Listeners(bind_addr) as listeners:
@@ -217,7 +219,7 @@ class _Acceptor(threading.Thread):
             # Said loudly, and what join() raises if that rank never joins; not fatal
             # at once: a hello is not trusted until it is whole, and the real rank
             # (whose own side fails at once, naming both versions) may still come.
-            log.error("commrt rank %d: %s", self.rank, exc)
+            log.error("commrt %s", exc)         # (the message names this rank and the peer)
             with self.lock:
                 self.refused.setdefault(exc.peer, exc)
             conn.close()

@@ -66,6 +66,16 @@ cdef struct eng_t:
     poison_t poison[MAX_POISON]
     int poison_next
     bint closed
+    # liveness: the beat thread (beat_main)
+    int64_t beat_ns         # heartbeat interval
+    int64_t silent_ns       # a peer not heard from for this long is lost (0: never)
+    pthread_t beat
+    pthread_cond_t beat_cond
+    bint beat_stop
+    bint beat_running
+    uint64_t unexp_peak     # unexpected bytes' high mark since the queue was last empty
+    pblock_t *pool[POOL_BUCKETS]    # free unexpected-message blocks by size (queues.pxi)
+    uint64_t pool_bytes
 
 
 cdef inline void kick(eng_t *E) noexcept nogil:
@@ -543,7 +553,7 @@ cdef void peer_lost(eng_t *E, peer_t *p, int err, const char *reason) noexcept n
     r = E.posted_head
     while r != NULL:
         nxt = r.next
-        if r.peer == p.rank or (r.peer < 0 and err == E_PEER_LOST):
+        if r.peer == p.rank or (r.peer < 0 and err != E_CLOSED):
             posted_remove(E, r)
             fail(E, r, err, p.rank)
         r = nxt
@@ -744,3 +754,64 @@ cdef void *pt_main(void *arg) noexcept nogil:
             sleep_once(E, now_ns() + 200000000, False)
     pthread_mutex_unlock(&E.lock)
     return NULL
+
+
+# ---------------------------------------------------------------- liveness
+#
+# A process that stops (SIGSTOP, frozen, swapped out for good) or whose link
+# is cut sends no EOF: only silence tells.  The beat thread, a plain C
+# thread that never takes the GIL, wakes every beat_ns: it drives progress
+# once (so what peers sent is read even while nobody waits), beats to every
+# peer (shm: bumps a counter in the pair's control page; TCP: a BEAT frame
+# when nothing else went out since the last beat), and looks at what it has
+# heard from each (the peer's counter; bytes read from its socket).  A peer
+# whose count has not moved for silent_ns is lost (E_SILENT): every pending
+# operation on it fails, naming it and the silence.  A rank that computes,
+# holding the GIL or sleeping in Python, keeps beating: its beat thread does
+# not need the GIL.
+
+cdef void *beat_main(void *arg) noexcept nogil:
+    cdef eng_t *E = <eng_t *>arg
+    cdef int64_t t
+    cdef bint trim
+    pthread_mutex_lock(&E.lock)
+    t = now_ns()
+    for i in range(E.size):
+        E.peers[i].heard_at = t
+    while not E.beat_stop:
+        timed_wait(&E.beat_cond, &E.lock, E.beat_ns)
+        if E.beat_stop:
+            break
+        progress(E, True)
+        beat_round(E, now_ns())
+        trim = E.unexp_bytes == 0 and E.unexp_peak >= (1 << 20)
+        if trim:                            # a flood has drained: give its pages back
+            E.unexp_peak = 0
+            pool_drain(E)
+            pthread_mutex_unlock(&E.lock)
+            malloc_trim(0)
+            pthread_mutex_lock(&E.lock)
+    pthread_mutex_unlock(&E.lock)
+    return NULL
+
+
+cdef void beat_round(eng_t *E, int64_t t) noexcept nogil:
+    cdef peer_t *p
+    cdef uint64_t heard
+    cdef char why[160]
+    for i in range(E.size):
+        p = &E.peers[i]
+        if p.lost or p.ops == NULL or p.ops.beat == NULL:
+            continue
+        p.ops.beat(E, p)
+        if p.lost:
+            continue
+        heard = p.ops.heard(p)
+        if heard != p.heard_seen:
+            p.heard_seen = heard
+            p.heard_at = t
+        elif E.silent_ns > 0 and t - p.heard_at > E.silent_ns:
+            snprintf(why, 160, b"no heartbeat for %.1f s: the process is stopped or frozen, "
+                     b"or the link to it is cut (COMMRT_LIVENESS_TIMEOUT_S=%g)",
+                     (t - p.heard_at) / 1e9, E.silent_ns / 1e9)
+            peer_lost(E, p, E_SILENT, why)

@@ -77,6 +77,8 @@ cdef inline void unexp_append(eng_t *E, umsg_t *u) noexcept nogil:
         E.unexp_head = u
     E.unexp_tail = u
     E.unexp_count += 1
+    if E.unexp_bytes > E.unexp_peak:
+        E.unexp_peak = E.unexp_bytes
 
 
 cdef inline void unexp_remove(eng_t *E, umsg_t *u) noexcept nogil:
@@ -103,24 +105,67 @@ cdef inline umsg_t *match_unexpected(eng_t *E, req_t *r) noexcept nogil:
     return NULL
 
 
+# Unexpected messages live in one block each (the umsg_t, then the payload),
+# from a pool of free blocks by size, in POOL_UNIT steps up to POOL_BUCKETS
+# units.  Whatever thread (caller, progress thread, heartbeat thread) takes a
+# message in, its block comes from the pool first: malloc's per-thread arenas
+# would otherwise each keep their own high-water mark of a flood, several
+# times the flow-control bound.  The pool keeps at most E.credit_bytes; the
+# heartbeat thread empties it (and trims malloc) once a flood has drained.
+
+cdef inline uint64_t block_bytes(uint64_t n) noexcept nogil:
+    return (n + POOL_UNIT - 1) // POOL_UNIT * POOL_UNIT
+
+
+cdef void *pool_get(eng_t *E, uint64_t n) noexcept nogil:
+    cdef uint64_t b = block_bytes(n) // POOL_UNIT
+    cdef pblock_t *blk
+    if b < POOL_BUCKETS and E.pool[b] != NULL:
+        blk = E.pool[b]
+        E.pool[b] = blk.next
+        E.pool_bytes -= b * POOL_UNIT
+        return <void *>blk
+    return malloc(block_bytes(n))
+
+
+cdef void pool_put(eng_t *E, void *mem, uint64_t n) noexcept nogil:
+    cdef uint64_t b = block_bytes(n) // POOL_UNIT
+    cdef pblock_t *blk = <pblock_t *>mem
+    if b < POOL_BUCKETS and E.pool_bytes + b * POOL_UNIT <= E.credit_bytes:
+        blk.next = E.pool[b]
+        E.pool[b] = blk
+        E.pool_bytes += b * POOL_UNIT
+    else:
+        free(mem)
+
+
+cdef void pool_drain(eng_t *E) noexcept nogil:
+    cdef pblock_t *blk
+    for b in range(POOL_BUCKETS):
+        while E.pool[b] != NULL:
+            blk = E.pool[b]
+            E.pool[b] = blk.next
+            free(blk)
+    E.pool_bytes = 0
+
+
 cdef inline void free_umsg(eng_t *E, umsg_t *u) noexcept nogil:
     if u.data != NULL:
         E.unexp_bytes -= u.h.nbytes
-        free(u.data)
-    free(u)
+    pool_put(E, u, u.block)
 
 
 cdef umsg_t *new_umsg(eng_t *E, hdr_t *h, int src, bint with_data) noexcept nogil:
-    cdef umsg_t *u = <umsg_t *>calloc(1, sizeof(umsg_t))
+    cdef uint64_t n = sizeof(umsg_t) + (h.nbytes if with_data else 0)
+    cdef umsg_t *u = <umsg_t *>pool_get(E, n)
     if u == NULL:
         return NULL
+    memset(u, 0, sizeof(umsg_t))
     memcpy(&u.h, h, sizeof(hdr_t))
     u.src = src
+    u.block = n
     if with_data and h.nbytes > 0:
-        u.data = <char *>malloc(h.nbytes)
-        if u.data == NULL:
-            free(u)
-            return NULL
+        u.data = (<char *>u) + sizeof(umsg_t)
         E.unexp_bytes += h.nbytes
     return u
 

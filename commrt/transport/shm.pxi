@@ -33,6 +33,8 @@ cdef enum:
     OFF_TAIL0 = 320
     OFF_HEAD1 = 384
     OFF_TAIL1 = 448
+    OFF_BEAT0 = 512         # heartbeat counters, one per side (the beat thread bumps its own)
+    OFF_BEAT1 = 576
     CMA_PIECE = 262144      # a reduce-receive reads a CMA message in pieces this size
 
 
@@ -65,6 +67,8 @@ cdef void shm_map(peer_t *p, char *seg, size_t seg_len, int side, uint64_t ring_
         p.rx_tail = <volatile uint64_t *>(seg + OFF_TAIL1)
         p.tx_data = r0
         p.rx_data = r1
+        p.beat_me = <volatile uint64_t *>(seg + OFF_BEAT0)
+        p.beat_peer = <volatile uint64_t *>(seg + OFF_BEAT1)
     else:
         p.sleep_me = <volatile uint32_t *>(seg + OFF_SLEEP1)
         p.sleep_peer = <volatile uint32_t *>(seg + OFF_SLEEP0)
@@ -76,6 +80,8 @@ cdef void shm_map(peer_t *p, char *seg, size_t seg_len, int side, uint64_t ring_
         p.rx_tail = <volatile uint64_t *>(seg + OFF_TAIL0)
         p.tx_data = r1
         p.rx_data = r0
+        p.beat_me = <volatile uint64_t *>(seg + OFF_BEAT1)
+        p.beat_peer = <volatile uint64_t *>(seg + OFF_BEAT0)
 
 
 cdef inline void ring_doorbell(peer_t *p) noexcept nogil:
@@ -293,6 +299,15 @@ cdef bint shm_pull(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     return False
 
 
+cdef void shm_beat(eng_t *E, peer_t *p) noexcept nogil:
+    """A heartbeat costs no message: bump our counter in the pair's control page."""
+    st_rel_u64(p.beat_me, p.beat_me[0] + 1)
+
+
+cdef uint64_t shm_heard(peer_t *p) noexcept nogil:
+    return ld_acq_u64(p.beat_peer)
+
+
 cdef uint64_t shm_memory(peer_t *p) noexcept nogil:
     return p.seg_len
 
@@ -312,4 +327,4 @@ cdef void shm_release(peer_t *p) noexcept nogil:
 cdef chan_ops_t SHM_OPS = chan_ops_t(
     name=b"shm", remote=True, polled_fd=False, chunked=True, post=NULL, put=shm_put_now,
     flush=shm_flush, poll=shm_poll, on_event=shm_on_event, arm=shm_arm, pull=shm_pull,
-    beat=NULL, heard=NULL, memory=shm_memory, release=shm_release)
+    beat=shm_beat, heard=shm_heard, memory=shm_memory, release=shm_release)

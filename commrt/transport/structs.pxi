@@ -58,11 +58,14 @@ cdef enum:
     E_PEER_LOST = 2
     E_ABORTED = 3
     E_CLOSED = 4
+    E_SILENT = 5        # peer lost: no heartbeat within the liveness timeout
 
 cdef enum:
     MIN_CREDIT = 65536              # smallest credit a rank may grant a peer (COMMRT_UNEXPECTED_BYTES)
     MSG_COST = 256                  # credit an EAGER or RTS costs beyond its payload: what an
-                                    # unexpected message's bookkeeping takes (umsg_t, malloc)
+                                    # unexpected message's bookkeeping takes (umsg_t, rounding)
+    POOL_UNIT = 256                 # unexpected-message blocks come in steps of this size
+    POOL_BUCKETS = 160              # blocks up to 40 KiB are pooled
 
 # epoll tags: (kind << 32) | rank
 cdef enum:
@@ -169,9 +172,13 @@ cdef struct chan_ops_t:
     chan_mem_fn memory      # bytes it holds
     chan_release_fn release # free its resources (the peer is already lost)
 
+cdef struct pblock_t:   # a free block of the unexpected-message pool (queues.pxi)
+    pblock_t *next
+
 cdef struct umsg_t:     # an unexpected message: eager payload, or an RTS
     hdr_t h
-    char *data
+    char *data          # the payload, in the same block, after this struct
+    uint64_t block      # bytes of the block (pool_put)
     int src
     bint partial        # TCP payload still streaming in
     req_t *waiter       # receive that matched it while partial
@@ -242,6 +249,13 @@ cdef struct peer_t:
     uint64_t owed       # credit of the peer's messages we matched, not yet handed back
     int64_t rx_used     # credit the peer spent on us and has not had back (checked)
     bint credit_queued  # a CREDIT frame waits in txq
+    # --- liveness (the beat thread, engine.pxi)
+    volatile uint64_t *beat_me      # shm: my beat counter in the pair's control page
+    volatile uint64_t *beat_peer    # shm: the peer's
+    uint32_t seq_at_beat            # tx_seq when we last beat (TCP: beat only if idle since)
+    uint64_t rx_raw                 # TCP: bytes read from the socket (a long frame is news too)
+    uint64_t heard_seen             # the peer's ops.heard() count when it last moved
+    int64_t heard_at                # ... and when (ns)
     # --- stats
     uint64_t bytes_sent
     uint64_t msgs_sent

@@ -215,6 +215,7 @@ cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
                     return
                 n = recv(p.fd, p.rx_dst, p.rx_left, MSG_DONTWAIT)
                 if n > 0:
+                    p.rx_raw += <uint64_t>n
                     drained = <uint64_t>n < p.rx_left
                     p.rx_dst += n
                     p.rx_left -= <uint64_t>n
@@ -238,6 +239,7 @@ cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
         room = RXBUF_BYTES - p.rx_end
         n = recv(p.fd, p.rxbuf + p.rx_end, room, MSG_DONTWAIT)
         if n > 0:
+            p.rx_raw += <uint64_t>n
             p.rx_end += <size_t>n
             drained = <size_t>n < room
             continue
@@ -267,6 +269,17 @@ cdef void tcp_on_event(eng_t *E, peer_t *p, uint32_t events) noexcept nogil:
         tcp_flush(E, p)
 
 
+cdef void tcp_beat(eng_t *E, peer_t *p) noexcept nogil:
+    """A BEAT frame, unless a frame went out since the last beat (any frame is one)."""
+    if p.txq == NULL and p.tx_seq == p.seq_at_beat:
+        send_ctrl(E, p, OP_BEAT, 0, 0, 0, 0)
+    p.seq_at_beat = p.tx_seq
+
+
+cdef uint64_t tcp_heard(peer_t *p) noexcept nogil:
+    return p.rx_raw                         # every byte received, beats included
+
+
 cdef uint64_t tcp_memory(peer_t *p) noexcept nogil:
     return RXBUF_BYTES
 
@@ -283,4 +296,4 @@ cdef void tcp_release(peer_t *p) noexcept nogil:
 cdef chan_ops_t TCP_OPS = chan_ops_t(
     name=b"tcp", remote=True, polled_fd=True, chunked=False, post=NULL, put=NULL,
     flush=tcp_flush, poll=NULL, on_event=tcp_on_event, arm=NULL, pull=NULL,
-    beat=NULL, heard=NULL, memory=tcp_memory, release=tcp_release)
+    beat=tcp_beat, heard=tcp_heard, memory=tcp_memory, release=tcp_release)

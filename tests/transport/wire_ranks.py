@@ -115,3 +115,40 @@ def both_send_first(comm, count, nbytes, timeout):
     except CommTimeoutError as exc:
         return str(exc)
     return None
+
+
+# -- liveness ----------------------------------------------------------------------
+LIVE_TAG = 41
+
+
+def wait_for_silent(comm, culprit, timeout):
+    """Every rank but `culprit` waits for a message from it that never comes (the
+    test stops it); returns (error class, message, monotonic time of the error)."""
+    import time
+
+    if comm.rank == culprit:
+        return None
+    try:
+        comm.recv(bytearray(8), culprit, LIVE_TAG, timeout=timeout)
+    except Exception as exc:                # noqa: BLE001 - reported to the test
+        return type(exc).__name__, str(exc), time.monotonic(), getattr(exc, "rank", None)
+    return None
+
+
+def compute_then_answer(comm, busy_s, sleep_s):
+    """Rank 1 holds the GIL in a tight loop for busy_s, then sleeps in Python for
+    sleep_s, then answers rank 0, which waits for it all along."""
+    import time
+
+    if comm.rank == 1:
+        end = time.monotonic() + busy_s
+        n = 0
+        while time.monotonic() < end:
+            n += 1
+        time.sleep(sleep_s)
+        comm.send(bytearray(8), 0, LIVE_TAG, timeout=30)
+        return n
+    if comm.rank == 0:
+        st = comm.recv(bytearray(8), 1, LIVE_TAG, timeout=busy_s + sleep_s + 60)
+        return st.source
+    return None

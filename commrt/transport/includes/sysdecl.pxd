@@ -125,3 +125,9 @@ cdef extern from "<time.h>" nogil:
         long tv_nsec
     int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const timespec *abstime)
     int clock_gettime(int clk, timespec *ts)
+
+cdef extern from "<malloc.h>" nogil:
+    int malloc_trim(size_t pad)
+
+cdef extern from "<stdio.h>" nogil:
+    int snprintf(char *s, size_t n, const char *fmt, ...)

@@ -1,0 +1,50 @@
+"""Liveness: a stopped rank is named by every survivor within 10 s (the GIL-free
+heartbeat), while a rank that computes or sleeps for long is never blamed."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from commrt.testing import World
+
+import wire_ranks as W
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_stopped_rank_is_named_by_every_survivor_within_10_s(transport):
+    with World(3, transport=transport, timeout=90) as w:
+        stopped_at = []
+
+        def stop():
+            stopped_at.append(time.monotonic())
+            os.kill(w.pids[2], signal.SIGSTOP)
+
+        timer = threading.Timer(1.0, stop)
+        timer.start()
+        try:
+            res = w.run(W.wait_for_silent, 2, 60.0, timeout=80)
+        finally:
+            timer.join()
+            os.kill(w.pids[2], signal.SIGCONT)
+            w.kill(2)
+    for rank in (0, 1):
+        kind, msg, t, culprit = res[rank]
+        assert kind == "PeerUnresponsiveError", (rank, kind, msg)
+        assert culprit == 2 and "lost peer rank 2" in msg and "no heartbeat for" in msg, msg
+        took = t - stopped_at[0]
+        print(f"{transport}: rank {rank} named rank 2 {took:.1f} s after SIGSTOP")
+        assert took <= 10.0, (rank, took)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_rank_computing_or_sleeping_is_not_blamed(transport):
+    # the computing rank is silent in Python for 20 s, over six liveness timeouts
+    env = {"COMMRT_LIVENESS_TIMEOUT_S": "3"}
+    with World(2, transport=transport, env=env, timeout=90) as w:
+        res = w.run(W.compute_then_answer, 12.0, 8.0, timeout=90)
+        assert res[0] == 1 and res[1] > 0
+        assert w.run(W.meta_words, 8)[1]["send"] == (W.HI, W.HI - 1)     # still healthy
