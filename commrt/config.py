@@ -88,7 +88,7 @@ knob("COMMRT_UNEXPECTED_BYTES", 4 << 20, _size,
 knob("COMMRT_HEARTBEAT_S", 0.5, float,
      "Seconds between two heartbeats of a rank's transport to each peer (a counter in shared "
      "memory, a 64-byte BEAT frame over an idle TCP link), sent by a C thread that never "
-     "needs the GIL.")
+     "needs the GIL; must be > 0 (peers would find a rank without heartbeats silent).")
 knob("COMMRT_LIVENESS_TIMEOUT_S", 8.0, float,
      "A peer not heard from for this many seconds (stopped, frozen, or its link cut) is "
      "lost: pending and later operations on it fail with PeerUnresponsiveError naming it.  "

@@ -196,8 +196,8 @@ cdef class Engine:
         self.E.chunk = max(<uint64_t>64, chunk & ~(<uint64_t>63))
         self.E.cma_min = cma_min_bytes
         self.E.credit_bytes = max(credit_bytes, <uint64_t>MIN_CREDIT)
-        if not heartbeat_s > 0 or not liveness_timeout_s >= 0:
-            raise ValueError(f"heartbeat_s must be > 0 and liveness_timeout_s >= 0, got "
+        if not heartbeat_s >= 0 or not liveness_timeout_s >= 0:
+            raise ValueError(f"heartbeat_s and liveness_timeout_s must be >= 0, got "
                              f"{heartbeat_s} and {liveness_timeout_s}")
         self.E.beat_ns = <int64_t>(heartbeat_s * 1e9)
         self.E.silent_ns = <int64_t>(liveness_timeout_s * 1e9)
@@ -325,7 +325,9 @@ cdef class Engine:
             if pthread_create(&self.E.pt, NULL, pt_main, <void *>self.E) != 0:
                 raise OSError(errno, "cannot start the progress thread")
             self.E.pt_running = True
-        if self.size > 1 and not self.E.beat_running:       # liveness: see engine.pxi
+        # liveness (engine.pxi); heartbeat_s=0: no heartbeat thread at all, for a
+        # harness whose peers are played by hand (they would be found silent)
+        if self.size > 1 and self.E.beat_ns > 0 and not self.E.beat_running:
             if pthread_create(&self.E.beat, NULL, beat_main, <void *>self.E) != 0:
                 raise OSError(errno, "cannot start the heartbeat thread")
             self.E.beat_running = True

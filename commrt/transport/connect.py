@@ -79,6 +79,9 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
     mode = config.get("COMMRT_TRANSPORT")
     if mode not in ("auto", "shm", "tcp"):
         raise ValueError(f"COMMRT_TRANSPORT must be auto, shm or tcp, got {mode!r}")
+    if not config.get("COMMRT_HEARTBEAT_S") > 0:
+        raise ValueError(f"COMMRT_HEARTBEAT_S must be > 0, got {config.get('COMMRT_HEARTBEAT_S')}"
+                         f" (to stop blaming silent peers set COMMRT_LIVENESS_TIMEOUT_S=0)")
     ncpu = len(os.sched_getaffinity(0))
     oversub = local_size > ncpu
     spin_us = config.get("COMMRT_SPIN_US")

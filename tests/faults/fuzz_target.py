@@ -165,7 +165,9 @@ class Target:
 
         self.kind = kind
         self.size = nslots + 2
-        self.eng = _core.Engine(0, self.size, eager_limit=16384, timeout=10.0)
+        # heartbeat_s=0: no heartbeat thread (its BEAT frames and silence checks
+        # would land on the fuzzer's hand-played peers)
+        self.eng = _core.Engine(0, self.size, eager_limit=16384, timeout=10.0, heartbeat_s=0)
         make = TcpSlot if kind == "tcp" else ShmSlot
         self.slots = {r: make(self.eng, r) for r in range(1, self.size)}
         self.eng.start(progress_thread=True)

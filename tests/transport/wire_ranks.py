@@ -121,12 +121,23 @@ def both_send_first(comm, count, nbytes, timeout):
 LIVE_TAG = 41
 
 
-def wait_for_silent(comm, culprit, timeout):
-    """Every rank but `culprit` waits for a message from it that never comes (the
-    test stops it); returns (error class, message, monotonic time of the error)."""
+def wait_for_silent(comm, culprit, timeout, stamp_path, delay):
+    """The culprit stops itself (SIGSTOP) `delay` s after answering, writing the
+    monotonic time first to stamp_path; every other rank waits for a message from
+    it that never comes: (error class, message, monotonic time of the error, rank)."""
+    import os
+    import signal
+    import threading
     import time
 
     if comm.rank == culprit:
+        def stop():
+            time.sleep(delay)
+            with open(stamp_path, "w") as f:
+                f.write(repr(time.monotonic()))
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+        threading.Thread(target=stop, daemon=True).start()
         return None
     try:
         comm.recv(bytearray(8), culprit, LIVE_TAG, timeout=timeout)
