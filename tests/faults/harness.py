@@ -75,6 +75,17 @@ class Job:
         return "\n".join(lines)
 
 
+TRANSPORTS = ("shm", "tcp")
+
+
+def draw(rng, fault):
+    """World size, culprit and fault point of one test."""
+    n = rng.randint(2, 8)
+    where = "timer" if fault in ("kill", "stop") and rng.random() < 0.5 else "call"
+    at = round(rng.uniform(0.05, 1.0), 3) if where == "timer" else rng.randint(1, 300)
+    return n, rng.randrange(n), where, at
+
+
 def rank_args(results, seed, culprit=-1, fault="none", where="call", at=1, sleep=0.0,
               ops=10 ** 6, max_seconds=120.0):
     return [RANK_PROGRAM, "--results", str(results), "--seed", str(seed), "--culprit",
