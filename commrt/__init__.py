@@ -4,8 +4,9 @@
 Numba, CuPy, the training engine and the collectives load when first used.
 """
 from commrt.errors import (  # noqa: F401
-    AuthError, BootstrapError, CollectiveMismatchError, CommError, CommTimeoutError,
-    MessageTruncatedError, PeerLostError, ProtocolError, StoreError, TransportError,
+    AbortedError, AuthError, BootstrapError, CancelledError, CollectiveMismatchError, CommError,
+    CommTimeoutError, ConcurrentCollectiveError, FailureCode, MessageTruncatedError,
+    PeerLostError, ProtocolError, StoreError, TransportError,
 )
 
 __version__ = "0.1.0"

@@ -18,8 +18,9 @@ import pickle
 import threading
 
 from commrt import config
-from commrt.errors import CommError
+from commrt.errors import CommError, FailureCode
 from commrt.transport._core import ANY_SOURCE, ANY_TAG, Request, Status  # noqa: F401
+from commrt.transport._core import check_timeout  # noqa: F401  (the one timeout rule)
 
 __all__ = ["init", "Communicator", "Request", "Status", "wait_all", "ANY_SOURCE", "ANY_TAG"]
 
@@ -68,8 +69,11 @@ class Channel:
                                    receive waited for up to `wait` seconds
         exchange_chain(steps, tmp, count, tag, nbytes=-1, itemsize=0)
                                    a persistent chain of such steps (prepared plans)
-        abort(reason)              fail every pending and later receive on the
-                                   collective context, here and on every rank
+        abort(reason, code=MISMATCH, culprit=None)
+                                   fail every pending and later operation on the
+                                   collective context, here and on every rank, with
+                                   errors.error_for(code, reason, culprit)
+        aborted() -> error | None  the error of that abort (the first one heard)
         derive(ranks, salt) -> Communicator | None
                                    a sub-communicator every member derives alike
     """
@@ -109,8 +113,12 @@ class Channel:
     def exchange_chain(self, steps, tmp, count, tag, nbytes=-1, itemsize=0):
         return self._coll._exchange_chain(steps, tmp, count, tag, nbytes, itemsize)
 
-    def abort(self, reason):
-        self._coll._abort(reason)
+    def abort(self, reason, code=FailureCode.MISMATCH, culprit=None):
+        self._coll._abort(reason, code=code, culprit=culprit)
+
+    def aborted(self):
+        """The error the abort of the collective context makes here, or None."""
+        return self._coll._aborted()
 
     def derive(self, ranks, salt):
         return self._comm._derive(ranks, salt)
@@ -162,12 +170,12 @@ class Communicator:
     def send(self, buf, dst, tag=0, *, timeout=None, meta=0, meta2=0):
         """Send buf to dst; returns when buf may be reused.  meta, meta2: two 64-bit
         words the receiver's Status shows."""
-        self._engine.send(buf, dst if self._identity and type(dst) is int else self._peer(dst, "dst"),
-                          self._ctx, tag, meta, timeout, meta2)
+        self._engine.send(buf, dst if self._identity and type(dst) is int and 0 <= dst < self.size
+                          else self._peer(dst, "dst"), self._ctx, tag, meta, timeout, meta2)
 
     def recv(self, buf, src=ANY_SOURCE, tag=ANY_TAG, *, timeout=None):
         """Receive into buf -> Status(source, tag, nbytes)."""
-        if not (self._identity and type(src) is int):
+        if not (self._identity and type(src) is int and -1 <= src < self.size):
             src = self._src(src)
         return self._engine.recv(buf, src, self._ctx, tag, timeout, self._rank_of)
 
@@ -184,8 +192,14 @@ class Communicator:
         """Send sendbuf to dst and receive recvbuf from src at once (MPI_Sendrecv)
         -> Status of the receive.  Safe for pairwise exchanges: the receive is
         posted before the send, so two ranks exchanging never wait on each other."""
+        if timeout is not None:
+            check_timeout(timeout)
         rq, sq = self._exchange(sendbuf, dst, recvbuf, src, tag, meta, 0.0, meta2=meta2)
-        wait_all([rq, sq], timeout)
+        try:
+            wait_all([rq, sq], timeout)
+        except BaseException:
+            rq.cancel()                      # a blocking call: leave no receive posted
+            raise
         return rq.status
 
     def _exchange(self, sendbuf, dst, recvbuf, src, tag, meta, wait, hook=0, meta2=0):
@@ -244,11 +258,13 @@ class Communicator:
     # ------------------------------------------------------------ introspection
     def stats(self):
         """Per peer rank: payload bytes and messages sent and received, header bytes."""
+        self._check_open()
         raw = self._engine.stats()
         return {i: raw[w] for i, w in enumerate(self._world)}
 
     def memory_info(self):
         """Bytes the transport holds per peer rank, and in unexpected messages."""
+        self._check_open()
         info = self._engine.memory_info()
         info["per_peer"] = {i: info["per_peer"][w] for i, w in enumerate(self._world)}
         return info
@@ -305,11 +321,38 @@ class Communicator:
             ctx ^= 0x80000000
         return Communicator(self._engine, world, ctx, hosts=self._hosts, parent=self)
 
-    def _abort(self, reason, ranks=None):
-        """Fail every pending and later receive on this context, here and at `ranks`
-        (default: all), with CollectiveMismatchError(reason)."""
+    def _abort(self, reason, ranks=None, code=FailureCode.MISMATCH, culprit=None):
+        """Abort this context here and at `ranks` (default: all): every pending and
+        later operation on it fails with errors.error_for(code, reason, culprit).
+        If it was aborted already, the first abort is what every rank hears."""
         targets = range(self.size) if ranks is None else ranks
-        self._engine.abort(self._ctx, [self._world[r] for r in targets], reason)
+        self._engine.abort(self._ctx, [self._world[r] for r in targets], reason, int(code),
+                           -1 if culprit is None else self._world[culprit])
+
+    def _aborted(self):
+        """The error an operation on this context raises once it is aborted, or None."""
+        z = self._engine.poison_of(self._ctx)
+        if z is None:
+            return None
+        from commrt.errors import error_for
+
+        code, culprit, origin, reason = z
+        return error_for(code, reason, self._index.get(culprit), self._index.get(origin))
+
+    def abort(self, reason="aborted by the program"):
+        """Abort this communicator on every rank: every pending and later operation
+        on it (point-to-point and collectives, here and on every other member)
+        fails with AbortedError(reason), code FailureCode.ABORTED, naming this
+        rank.  Sub-communicators are not affected; the world stays open (close
+        it as usual).  Elastic recovery builds a new communicator after it.
+        If the communicator was already aborted, the first abort stands."""
+        self._check_open()
+        culprit = self.rank
+        # the collective context first: a peer that sees its point-to-point fail
+        # and goes on to a collective must find that aborted too (one channel
+        # delivers in order)
+        self._coll._abort(str(reason), code=FailureCode.ABORTED, culprit=culprit)
+        self._abort(str(reason), code=FailureCode.ABORTED, culprit=culprit)
 
     # ------------------------------------------------------------ collectives
     # Thin delegations to commrt.collectives (same arguments), imported on first
@@ -366,26 +409,59 @@ class Communicator:
 
     def split(self, color, key=None):
         """Ranks with the same color form a new communicator, ordered by (key, rank)."""
+        self._check_open()
         return _coll().split(self, color, key)
 
     def new_group(self, ranks):
         """A communicator over the given ranks (every rank of this one calls it)."""
+        self._check_open()
         return _coll().new_group(self, ranks)
 
     # ------------------------------------------------------------ lifetime
     def close(self):
-        """Close the world (on the world communicator) or forget this sub-communicator."""
+        """Close the world (on the world communicator) or forget this sub-communicator.
+
+        Afterwards every operation on it (and, for the world, on every
+        communicator derived from it) raises CommError("... closed"); requests
+        still pending fail with it.  Idempotent."""
         if self._closed:
             return
         self._closed = True
         if self._owner is not None:
             self._owner.close()
+        else:                                # a sub-communicator: the engine stays open
+            for c in (self, self._coll_comm):
+                if c is not None:
+                    c._engine = _ClosedEngine(c._engine)
+                    c.state = {}             # drop prepared plans bound to the engine
+                    c._channel = None
+
+    def _check_open(self):
+        if self._closed or self._engine.closed:
+            raise CommError("the communicator is closed")
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _ClosedEngine:
+    """What a closed sub-communicator talks to: every operation raises."""
+
+    closed = True
+
+    def __init__(self, engine):
+        self.rank, self.size = engine.rank, engine.size
+
+    def poison_of(self, ctx):
+        return None
+
+    def __getattr__(self, name):
+        def closed(*args, **kwargs):
+            raise CommError(f"{name}: the communicator is closed")
+        return closed
 
 
 _collectives = None

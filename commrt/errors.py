@@ -12,10 +12,28 @@ sizes.  Where a built-in exception fits, the error also inherits it, so that
     │   └── ProtocolError        bytes on a connection that are not commrt's
     ├── CommTimeoutError (TimeoutError)
     ├── MessageTruncatedError (ValueError)
-    ├── CollectiveMismatchError (RuntimeError)
+    ├── AbortedError (RuntimeError)      the communicator was aborted (Communicator.abort)
+    │   └── CollectiveMismatchError      ... because ranks called different collectives
+    ├── ConcurrentCollectiveError (RuntimeError)  two threads in collectives of one communicator
+    ├── CancelledError                   a request cancelled before it matched
     ├── StoreError (RuntimeError)
     └── BootstrapError (RuntimeError)
+
+Failure codes.  An abort carries a FailureCode (what went wrong first) and the
+rank it blames (the culprit) to every rank of the communicator, so every rank
+raises the same error naming the same rank.  ``error_for`` turns a code back
+into an exception; every error class has the ``code`` it travels as.
 """
+import enum
+
+
+class FailureCode(enum.IntEnum):
+    """Why a communicator was aborted (carried on the wire: keep the numbers)."""
+    ABORTED = 1         # Communicator.abort(reason) called by a rank
+    MISMATCH = 2        # ranks called different collectives (CollectiveMismatchError)
+    PEER_LOST = 3       # a rank died or its connection broke (PeerLostError)
+    TIMEOUT = 4         # a rank's collective passed its deadline (CommTimeoutError)
+    ERROR = 5           # another error inside a collective on one rank
 
 
 def _rebuild(cls, args, state):
@@ -27,6 +45,8 @@ def _rebuild(cls, args, state):
 
 class CommError(Exception):
     """Base class of every commrt error."""
+
+    code = FailureCode.ERROR
 
     def __reduce__(self):
         # errors cross process boundaries (test worlds, launchers): pickle
@@ -40,6 +60,8 @@ class TransportError(CommError, ConnectionError):
 
 class PeerLostError(TransportError):
     """A peer process died, or its connection was closed or reset."""
+
+    code = FailureCode.PEER_LOST
 
     def __init__(self, rank, detail="", op=None, tag=None):
         self.rank = rank
@@ -68,6 +90,8 @@ class ProtocolError(TransportError):
 
 class CommTimeoutError(CommError, TimeoutError):
     """A wait passed its deadline (COMMRT_TIMEOUT or timeout=)."""
+
+    code = FailureCode.TIMEOUT
 
     def __init__(self, op, peer=None, tag=None, timeout=None, detail=""):
         self.op, self.peer, self.tag, self.timeout = op, peer, tag, timeout
@@ -98,8 +122,32 @@ class MessageTruncatedError(CommError, ValueError):
         )
 
 
-class CollectiveMismatchError(CommError, RuntimeError):
-    """Ranks called different collectives, or the same one with different arguments."""
+class AbortedError(CommError, RuntimeError):
+    """The communicator was aborted: every pending and later operation on it fails.
+
+    code: the FailureCode; rank: the rank blamed (the one that failed first,
+    or that called abort); origin: the rank that started the abort."""
+
+    def __init__(self, reason, code=FailureCode.ABORTED, rank=None, origin=None):
+        self.reason, self.code, self.rank, self.origin = reason, FailureCode(code), rank, origin
+        super().__init__(reason)
+
+
+class CollectiveMismatchError(AbortedError):
+    """Ranks called different collectives, or the same one with different arguments
+    (the communicator is aborted on every rank involved)."""
+
+    def __init__(self, reason, code=FailureCode.MISMATCH, rank=None, origin=None):
+        super().__init__(reason, FailureCode.MISMATCH, rank, origin)
+
+
+class ConcurrentCollectiveError(CommError, RuntimeError):
+    """A thread entered a collective of a communicator while another thread was
+    inside one (collectives of one communicator take one thread at a time)."""
+
+
+class CancelledError(CommError):
+    """The request was cancelled (Request.cancel) before it matched a message."""
 
 
 class StoreError(CommError, RuntimeError):
@@ -108,3 +156,21 @@ class StoreError(CommError, RuntimeError):
 
 class BootstrapError(CommError, RuntimeError):
     """commrt.init() could not build the world from the environment."""
+
+
+def error_for(code, reason, rank=None, origin=None, op=None):
+    """The exception a rank raises when told of an abort (code, culprit rank, origin):
+    the same class the failing rank raised, naming the same culprit."""
+    code = FailureCode(code)
+    told = f" (rank {origin} failed first)" if origin is not None and origin != rank else ""
+    if code == FailureCode.PEER_LOST and rank is not None:
+        exc = PeerLostError(rank, f"seen by rank {origin}: {reason}" if origin is not None
+                            else reason, op=op)
+    elif code == FailureCode.TIMEOUT:
+        exc = CommTimeoutError(op or "collective", rank, detail=f"{reason}{told}")
+    elif code == FailureCode.MISMATCH:
+        exc = CollectiveMismatchError(reason, rank=rank, origin=origin)
+    else:
+        exc = AbortedError(reason, code, rank, origin)
+    exc.origin = origin
+    return exc

@@ -43,6 +43,7 @@ ALGORITHMS, built by collectives/registry.py from the modules
 cost are in its module and in docs/algorithms.md.
 """
 import pickle
+from threading import get_ident as _get_ident
 from collections.abc import Mapping
 
 import numpy as np
@@ -55,7 +56,8 @@ from commrt.collectives import _small, registry
 # function of that name whenever the registry first loads it.
 registry.table()
 from commrt.collectives import cost as _cost
-from commrt.collectives._engine import Call, CollRequest, execute, state_of  # noqa: F401
+from commrt.collectives._engine import Call, CollRequest, entry, execute, state_of  # noqa: F401
+from commrt.collectives._engine import concurrent as _concurrent
 from commrt.collectives.all_gather import bruck as _bruck
 from commrt.collectives.broadcast import binomial as _binomial
 from commrt.collectives.gather import linear as _gather_linear
@@ -100,9 +102,23 @@ def _host(buf, name, write_back):
     """(flat host array, finish) for a buffer; finish() copies staged data back.
     NumPy arrays here; everything else through the one buffer function."""
     if isinstance(buf, _ndarray):
+        if buf.flags.f_contiguous and not buf.flags.c_contiguous:
+            return _fortran(buf, write_back, name)
         return _host_array(buf, write_back, name), _noop
     desc = _describe(buf, write_back, name)
     return desc.array, (desc.finish if write_back and desc.finish is not None else _noop)
+
+
+def _fortran(buf, write_back, name):
+    """A Fortran-ordered array travels in C (logical) order, through a copy, so a
+    rank with a C array and one with a Fortran array of the same shape combine
+    element (i, j) with element (i, j)."""
+    if write_back and not buf.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    host = np.ascontiguousarray(buf).reshape(-1)
+    if not write_back:
+        return host, _noop
+    return host, lambda: np.copyto(buf, host.reshape(buf.shape))
 
 
 def _check_root(comm, root):
@@ -156,6 +172,7 @@ def _pick(collective, comm, algorithm, nbytes, timeout=None):
 
 
 # -- buffer collectives ----------------------------------------------------------
+@entry
 def barrier(comm, *, timeout=None, async_op=False):
     """Return once every rank has entered the barrier."""
     if timeout is None and not async_op and comm.size > 1:
@@ -169,6 +186,7 @@ def barrier(comm, *, timeout=None, async_op=False):
     return execute(call, lambda: mod.run(call), async_op)
 
 
+@entry
 def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Copy root's buf into every rank's buf."""
     root = _check_root(comm, root)
@@ -184,6 +202,7 @@ def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False
     return execute(call, run, async_op)
 
 
+@entry
 def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     """Combine every rank's buf element-wise with op; the result replaces root's buf
     (other ranks' buffers are left unchanged)."""
@@ -209,10 +228,19 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
     # A tiny all-reduce is ~1 µs: this entry only looks for a Plan (_small.py) and
     # runs it, with _small.state_if_idle and the start of _small.run written out
     # here (each call level costs ~0.1 µs); everything else is in _all_reduce.
-    key = None
-    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op:
-        st = comm.state.get("collectives")
-        if st is not None and not st.pending and st.poisoned is None:
+    # The thread rule (_engine.entry) is written out here too: see entry for why
+    # the check-then-set cannot race under the GIL.
+    st = comm.state.get("collectives") or state_of(comm)
+    tid = _get_ident()
+    inside = st.inside
+    if inside:
+        if inside != tid:
+            raise _concurrent(comm, st, "all_reduce", tid, inside)
+        return _all_reduce(comm, buf, op, algorithm, timeout, async_op, None)
+    st.inside = tid
+    try:
+        if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+                and not st.pending and st.poisoned is None:
             key = (buf.shape, buf.dtype, op)
             try:
                 plan = st.small.get(key)
@@ -231,7 +259,11 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
                     i = plan.chain.run(buf, meta, plan.wait, 0, plan.first_last, plan.meta2)
                 if _small.finish(comm, st, buf, plan, seq, meta, i) is not None:
                     return buf
-    return _all_reduce(comm, buf, op, algorithm, timeout, async_op, key)
+        else:
+            key = None
+        return _all_reduce(comm, buf, op, algorithm, timeout, async_op, key)
+    finally:
+        st.inside = 0
 
 
 def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
@@ -257,6 +289,7 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
     return execute(call, run, async_op)
 
 
+@entry
 def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """out (size·len(buf) elements) receives every rank's buf in rank order."""
     flat, _ = _host(buf, "buf", False)
@@ -274,6 +307,7 @@ def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     return execute(call, run, async_op)
 
 
+@entry
 def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Root's out (size·len(buf) elements) receives every rank's buf in rank order."""
     root = _check_root(comm, root)
@@ -297,6 +331,7 @@ def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_o
     return execute(call, run, async_op)
 
 
+@entry
 def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Rank i's out receives block i of root's buf (size·len(out) elements)."""
     root = _check_root(comm, root)
@@ -320,6 +355,7 @@ def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_
     return execute(call, run, async_op)
 
 
+@entry
 def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     """buf holds size·len(out) elements; rank i's out gets block i reduced over all ranks."""
     flat, _ = _host(buf, "buf", False)
@@ -341,6 +377,7 @@ def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asyn
     return execute(call, run, async_op)
 
 
+@entry
 def all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """Block j of rank i's buf lands in block i of rank j's out (size blocks each)."""
     flat, _ = _host(buf, "buf", False)
@@ -384,6 +421,7 @@ def _holds(what, flat, n, dtype, name, where):
                          f"{flat.size} of {flat.dtype}")
 
 
+@entry
 def all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_op=False):
     """out (sum(counts) elements) receives every rank's buf in rank order; rank q's
     buf holds counts[q] elements (counts: the same list on every rank)."""
@@ -403,6 +441,7 @@ def all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_o
     return execute(call, run, async_op)
 
 
+@entry
 def gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout=None,
             async_op=False):
     """Root's out (sum(counts) elements) receives every rank's buf in rank order;
@@ -430,6 +469,7 @@ def gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout
     return execute(call, run, async_op)
 
 
+@entry
 def scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeout=None,
              async_op=False):
     """Rank q's out (counts[q] elements) receives block q of root's buf (sum(counts)
@@ -457,6 +497,7 @@ def scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeou
     return execute(call, run, async_op)
 
 
+@entry
 def all_to_allv(comm, out, buf, send_counts, recv_counts, *, algorithm=None, timeout=None,
                 async_op=False):
     """send_counts[q] elements of buf (blocks packed in rank order) go to rank q, whose
@@ -487,6 +528,7 @@ def _dumps(obj):
     return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
 
 
+@entry
 def broadcast_obj(comm, obj, root=0, *, timeout=None):
     """root's picklable obj, on every rank (peers are authenticated: unpickling is safe)."""
     root = _check_root(comm, root)
@@ -508,6 +550,7 @@ def broadcast_obj(comm, obj, root=0, *, timeout=None):
     return execute(call, run, False)
 
 
+@entry
 def all_gather_obj(comm, obj, *, timeout=None):
     """[obj of rank 0, obj of rank 1, ...] on every rank."""
     call = Call(comm, "all_gather_obj", dtype=np.uint8, algo="bruck", timeout=timeout)
@@ -528,6 +571,7 @@ def all_gather_obj(comm, obj, *, timeout=None):
     return execute(call, run, False)
 
 
+@entry
 def gather_obj(comm, obj, root=0, *, timeout=None):
     """[obj of rank 0, obj of rank 1, ...] at root; None elsewhere."""
     root = _check_root(comm, root)
@@ -550,6 +594,7 @@ def gather_obj(comm, obj, root=0, *, timeout=None):
 
 
 # -- communicators -----------------------------------------------------------------
+@entry
 def split(comm, color, key=None):
     """Ranks that pass the same color form a new communicator, ordered by (key, rank).
 
@@ -575,6 +620,7 @@ def split(comm, color, key=None):
     return comm.channel.derive([q for _, q in members], ("split", call.seq, c))
 
 
+@entry
 def new_group(comm, ranks):
     """A communicator over `ranks` (in that order); every rank of comm calls it with
     the same ranks, non-members get None."""

@@ -27,30 +27,44 @@ Rules the algorithms follow (and this module enforces):
   ones on a worker thread; a blocking call waits for earlier async ones),
   so their messages never interleave; collectives of different
   communicators use different contexts and run concurrently.
+* The thread rule: collectives of one communicator are entered by one
+  thread at a time (``entry`` below).  A second thread entering while one is
+  inside gets ConcurrentCollectiveError at once, naming both threads, before
+  it touches any state (no sequence number taken, nothing sent): two
+  threads' calls would take sequence numbers in a different order on each
+  rank.  The async worker runs calls the owning thread queued: not a
+  violation.  Point-to-point has no such rule.
+* A collective that fails on one rank (timeout, lost peer, any error, Ctrl-C)
+  aborts its collective context on every rank (``Call.fail_everywhere``)
+  with a FailureCode and the culprit rank, so no rank carries on alone; the
+  first abort wins everywhere, so every rank names the rank that failed
+  first, not one that merely left after seeing it.
 
 The fingerprint travels in the header's two 64-bit words (meta, meta2;
 layout at pack below).
 """
 import collections
+import functools
 import logging
 import queue
-import re
 import sys
 import threading
 import time
+from threading import get_ident
 
 import numpy as np
 
 from commrt import config
-from commrt.errors import (CollectiveMismatchError, CommError, CommTimeoutError,
-                           MessageTruncatedError, PeerLostError)
+from commrt.comm import check_timeout
+from commrt.errors import (AbortedError, CollectiveMismatchError, CommError, CommTimeoutError,
+                           ConcurrentCollectiveError, FailureCode, MessageTruncatedError,
+                           PeerLostError)
 from commrt.kernels.bfloat16 import BFLOAT16
 
 log = logging.getLogger("commrt")
 
 TAG = 7
 PROBE_TAG = 8
-_LOST = re.compile(r"lost peer rank (\d+) \(seen by rank (\d+)\)")
 
 # Internal call kinds beside the registry's collectives (registry.BORROWS says
 # whose algorithm codes they carry).
@@ -147,7 +161,8 @@ class CommState:
 
     def __init__(self, comm):
         self.seq = 0
-        self.poisoned = None                     # the reason, once a mismatch was seen
+        self.inside = 0                          # ident of the thread inside a collective (0: none)
+        self.poisoned = None                     # the reason, once the context was aborted
         self.history = collections.deque(maxlen=256)   # (seq, meta, meta2) of recent calls
         self.current = None                      # the Call running now
         self.cache = {}                          # cost parameters, derived communicators...
@@ -243,6 +258,49 @@ def state_of(comm):
     return st
 
 
+# -- the thread rule -----------------------------------------------------------------
+def entry(fn):
+    """The public entry of a collective: one thread at a time per communicator.
+
+    The check costs a thread-ident call and two attribute accesses.  Between
+    reading ``st.inside`` and setting it no Python call runs, so CPython
+    (3.11, 3.12 with the GIL) never switches threads there: two threads
+    cannot both see it free.  The same thread may enter again (a collective
+    that calls another on its own communicator)."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def entered(comm, *args, **kwargs):
+        st = comm.state.get("collectives") or state_of(comm)
+        tid = get_ident()
+        inside = st.inside
+        if inside == tid:
+            return fn(comm, *args, **kwargs)
+        if inside:
+            raise concurrent(comm, st, name, tid, inside)
+        st.inside = tid
+        try:
+            return fn(comm, *args, **kwargs)
+        finally:
+            st.inside = 0
+    return entered
+
+
+def concurrent(comm, st, what, tid, inside):
+    """The error of a thread that entered a collective while another is inside."""
+    def thread(ident):
+        t = threading._active.get(ident)
+        return f"thread {t.name!r} (id {ident})" if t is not None else f"thread id {ident}"
+
+    cur = st.current
+    where = cur.name if cur is not None else "a collective"
+    return ConcurrentCollectiveError(
+        f"{what}: {thread(tid)} entered a collective of {comm!r} while {thread(inside)} is "
+        f"inside {where}; collectives of one communicator are entered by one thread at a time "
+        f"(give each thread its own communicator with split() or new_group(), or issue them "
+        f"from one thread, async_op=True to overlap)")
+
+
 class CollRequest:
     """The handle of a collective started with ``async_op=True``.
 
@@ -284,6 +342,8 @@ class CollRequest:
         return self._event.is_set()
 
     def wait(self, timeout=None):
+        if timeout is not None:
+            check_timeout(timeout)
         st = self.call.state
         with st.lock:
             st.waiters += 1                      # the worker may spin now (see Call.spin)
@@ -334,8 +394,8 @@ class Call:
         derived communicator, e.g. hierarchical's host reduce)."""
         st = state_of(comm)
         if st.poisoned is not None:
-            raise CollectiveMismatchError(f"communicator unusable after an earlier collective "
-                                          f"mismatch: {st.poisoned}")
+            raise comm.channel.aborted() or AbortedError(f"communicator unusable after an "
+                                                        f"earlier failure: {st.poisoned}")
         self.comm = comm
         self.chan = comm.channel
         self.state = st
@@ -359,7 +419,7 @@ class Call:
             op.value if op is not None else 0, root)
         if not resumed:
             st.history.append((self.seq, self.meta, self.meta2))
-        self.timeout = st.timeout if timeout is None else float(timeout)
+        self.timeout = st.timeout if timeout is None else check_timeout(timeout)
         self.deadline = None
         self.sends = []
         self.probe_s = st.probe_s
@@ -514,29 +574,44 @@ class Call:
                 probe_at = time.monotonic() + min(self.probe_s, 0.5)
 
     def _failed(self, exc, peer):
-        if isinstance(exc, CollectiveMismatchError):
-            self.state.poisoned = str(exc)
-            m = _LOST.match(str(exc))
-            if m:  # another rank lost a peer and told us: the same error here
-                raise PeerLostError(int(m.group(1)), f"seen by rank {m.group(2)}", op=self.name,
-                                    tag=TAG) from None
-            raise exc
-        if isinstance(exc, PeerLostError):
-            # Ranks waiting on us (not on the dead one) would wait for the
-            # timeout: fail the collective everywhere now.
-            reason = f"lost peer rank {exc.rank} (seen by rank {self.rank}) in {self.name}"
-            if self.state.poisoned is None:
-                self.state.poisoned = reason
-                try:
-                    self.chan.abort(reason)
-                except CommError:
-                    pass
-            raise exc
+        """A request of this call failed with exc: raise what this rank reports
+        (the abort of every rank happens in fail_everywhere)."""
         if isinstance(exc, MessageTruncatedError):
             fp = ((self.meta, self.meta2) if exc.meta is None
                   else (exc.meta, getattr(exc, "meta2", 0) or 0))
             self._mismatch(exc.source, fp, exc.message_bytes, exc.buffer_bytes)
         raise exc
+
+    def fail_everywhere(self, exc):
+        """The call failed here with exc: abort the collective context on every
+        rank (the code and culprit travel with it), and return the error to
+        raise: the first failure heard, if another rank's abort came first."""
+        if isinstance(exc, ConcurrentCollectiveError):
+            return exc
+        told = getattr(exc, "origin", None) is not None      # made from a received abort
+        if not told and not isinstance(exc, AbortedError):
+            code, culprit = FailureCode.ERROR, self.rank
+            if isinstance(exc, PeerLostError):
+                code, culprit = FailureCode.PEER_LOST, exc.rank
+            elif isinstance(exc, CommTimeoutError):
+                code, culprit = FailureCode.TIMEOUT, exc.peer if exc.peer is not None else self.rank
+            elif isinstance(exc, CommError):
+                code = exc.code
+            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            reason = f"rank {self.rank} in {self.name}: {what}"[:250]
+            try:
+                self.chan.abort(reason, code=code, culprit=culprit)
+            except CommError:
+                pass
+        try:
+            first = self.chan.aborted()
+        except CommError:
+            first = None
+        if self.state.poisoned is None:
+            self.state.poisoned = str(first if first is not None else exc)
+        if told or first is None or first.origin == self.rank:
+            return exc                      # ours is the first failure (or the one we heard)
+        return first                        # another rank failed first: name its culprit
 
     def _mismatch(self, src, fp, nbytes, expected):
         reason = self._differs(src, fp, nbytes, expected)
@@ -580,7 +655,7 @@ class Call:
             self.chan.abort(reason)
         except CommError:
             pass
-        raise CollectiveMismatchError(reason)
+        raise CollectiveMismatchError(reason, rank=self.rank, origin=self.rank)
 
     # probes ----------------------------------------------------------------------------
     def _probe(self, peer):
@@ -641,6 +716,11 @@ def execute(call, fn, async_op):
             result = fn()
             call.end()
             return result
+        except BaseException as exc:
+            err = call.fail_everywhere(exc)
+            if err is exc:
+                raise
+            raise err from exc
         finally:
             st.current = None
 

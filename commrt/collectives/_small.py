@@ -257,6 +257,11 @@ def _resume(comm, buf, plan, seq, i):
     try:
         (_rest_ranged if plan.ranged else _rest)(call, buf, plan, i, rq, sq)
         call.end()
+    except BaseException as exc:
+        err = call.fail_everywhere(exc)
+        if err is exc:
+            raise
+        raise err from exc
     finally:
         call.state.current = None
     if plan.avg:

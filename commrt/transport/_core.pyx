@@ -18,14 +18,18 @@ Status or an exception.  Files included below, in dependency order:
     engine.pxi    message handling, progress, sleeping, progress thread
     chain.pxi     persistent exchange chains (after the Engine: they use its internals)
 """
-from cpython.buffer cimport (PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE,
+from cpython.buffer cimport (PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT,
+                             PyBUF_WRITABLE,
                              PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer)
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memcpy, memmove, memset, strncpy
+from libc.string cimport memcpy, memmove, memset, strlen, strncpy
 
 from sysdecl cimport *
+
+import os
+import weakref
 
 include "structs.pxi"
 include "queues.pxi"
@@ -116,11 +120,30 @@ cdef class Request:
 
     def wait(self, timeout=None, spin=True):
         """Block until done, or raise CommTimeoutError after `timeout` seconds
-        (default COMMRT_TIMEOUT).  spin=False sleeps at once instead of spinning
-        first: for a helper thread whose caller computes meanwhile."""
+        (default COMMRT_TIMEOUT; the request stays posted: wait again, or
+        cancel it).  spin=False sleeps at once instead of spinning first: for
+        a helper thread whose caller computes meanwhile."""
         if self.r.state < S_DONE:
             self.eng._wait(self, timeout, spin)
         return self._finish()
+
+    def cancel(self):
+        """Cancel a receive that has not matched a message (MPI_Cancel): it is
+        unposted, so the next matching message goes to a later receive, and
+        its wait/test raise CancelledError.  Returns True if it was cancelled;
+        False if it had matched already (it then completes normally: wait for
+        it), had finished, or is a send.  A send cannot be cancelled: once
+        posted it is on its way (eager) or announced to the receiver
+        (rendezvous), and it completes when the receiver takes it or fails
+        when the peer is lost, the communicator aborted or closed."""
+        if self.r.state >= S_DONE or self.r.kind != K_RECV:
+            return False
+        return self.eng._unpost(self)
+
+    @property
+    def cancelled(self):
+        """True once cancel() unposted this receive."""
+        return self.r.state == S_ERROR and self.r.err == E_CANCELLED
 
     @property
     def status(self):
@@ -162,8 +185,31 @@ cdef class Engine:
     """The transport of one rank: channels to every peer, matching, progress.
 
     Python-visible state (the set of live requests) changes only with the
-    GIL held; the C state only with E.lock held (see engine.pxi)."""
+    GIL held; the C state only with E.lock held (see engine.pxi).
+
+    Lifetime (uvloop style: every state and what may happen in it):
+
+    * open (after __cinit__; channels added, start() called): every method
+      works.
+    * closed (after close(), or after fork in the child, _forget_in_child):
+      every method raises CommError("... closed"), except close() (a no-op)
+      and poison_of.  close() fails every request still pending with
+      CommError("... closed with this operation pending") -- a thread
+      blocked in a wait is woken with it -- then releases the channels,
+      descriptors, segments, queues and the progress thread.  The eng_t
+      struct itself (lock, condition variables, flags) stays allocated until
+      the Engine object is freed: a Request holds a reference to its Engine,
+      so a thread still inside a wait, or a request waited on after close,
+      only ever touches memory that is alive.  There is no reopening.
+    * freed (__dealloc__): releases what close() did not, then the struct.
+
+    Every Python entry takes the engine through _live(), which raises once
+    closed; the C functions below it may assume an open engine except
+    block() and progress(), which a woken waiter may run once after close
+    (every peer is then marked lost and every request finished, so they do
+    nothing)."""
     cdef eng_t *E
+    cdef object __weakref__     # the fork handler's registry of engines
     cdef set live
     cdef readonly int rank
     cdef readonly int size
@@ -231,20 +277,34 @@ cdef class Engine:
         ev.data.u64 = (<uint64_t>EV_KICK) << 32
         epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, self.E.kickfd, &ev)
         self.E.peers[rank].ops = &SELF_OPS
+        _ENGINES.add(self)
 
     def __dealloc__(self):
         if self.E != NULL:
-            self._teardown(False)
+            if not self.E.released:
+                self._release(False)
+            self._free()
+
+    cdef eng_t *_live(self) except NULL:
+        """The engine's state, or CommError if it was closed."""
+        if self.E == NULL or self.E.closed:
+            raise _errors().CommError("the communicator is closed")
+        return self.E
 
     # ------------------------------------------------------------ set-up
     @property
+    def closed(self):
+        """True once close() began (every later call raises CommError)."""
+        return self.E == NULL or self.E.closed
+
+    @property
     def doorbell_fd(self):
         """The eventfd shared-memory peers write to wake this rank."""
-        return self.E.doorbell
+        return self._live().doorbell
 
     @property
     def eager_limit(self):
-        return self.E.eager_limit
+        return self._live().eager_limit
 
     @property
     def credit_bytes(self):
@@ -303,6 +363,7 @@ cdef class Engine:
             self.E.eager_limit = ring_bytes // 4 - HDR_SPACE
 
     cdef peer_t *_peer_for_setup(self, int rank, object grant) except NULL:
+        self._live()
         cdef uint64_t credit = self.E.credit_bytes if grant is None else grant
         if rank < 0 or rank >= self.size or rank == self.rank:
             raise ValueError(f"peer rank {rank} invalid (world size {self.size}, own rank {self.rank})")
@@ -318,6 +379,7 @@ cdef class Engine:
 
     def start(self, bint progress_thread=True):
         """Check every peer has a channel; start the progress thread."""
+        self._live()
         missing = [i for i in range(self.size) if self.E.peers[i].ops == NULL]
         if missing:
             raise _errors().BootstrapError(f"rank {self.rank}: no channel to ranks {missing}")
@@ -334,6 +396,7 @@ cdef class Engine:
 
     def peer_kind(self, int rank):
         """The channel's kind: 'self', 'shm' or 'tcp' (chan_ops_t.name), or 'none'."""
+        self._live()
         self._check_rank(rank, "rank")
         if self.E.peers[rank].ops == NULL:
             return "none"
@@ -346,13 +409,18 @@ cdef class Engine:
         return 0
 
     cdef int _describe(self, Request q, object buf, bint writable) except -1:
-        cdef int flags = PyBUF_ANY_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0)
+        cdef int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT | (PyBUF_WRITABLE if writable else 0)
         if PyObject_CheckBuffer(buf):
             try:
                 PyObject_GetBuffer(buf, &q.view, flags)
             except (BufferError, ValueError) as exc:
                 raise ValueError(_buffer_problem(buf, writable, exc)) from None
             q.has_view = True
+            if q.view.format != NULL and has_pointers(q.view.format):
+                fmt = (<bytes>q.view.format).decode("ascii", "replace")
+                PyBuffer_Release(&q.view)
+                q.has_view = False
+                raise TypeError(_pointer_problem(buf, fmt, writable))
             q.r.buf = <char *>q.view.buf
             q.r.cap = <uint64_t>q.view.len
             return 0
@@ -368,8 +436,7 @@ cdef class Engine:
 
     cdef Request _new(self, int kind, object buf, int peer, uint32_t ctx, int tag, uint64_t meta,
                       object rank_of, uint64_t meta2=0):
-        if self.E.closed:
-            raise _errors().CommError("the communicator is closed")
+        self._live()
         cdef Request q = Request.__new__(Request)
         q.eng = self
         q.rank_of = rank_of
@@ -391,7 +458,10 @@ cdef class Engine:
         self.live.add(q)
         with nogil:
             pthread_mutex_lock(&E.lock)
-            if q.r.kind == K_SEND:
+            if E.closed:                    # closed by another thread since _new
+                E.outstanding += 1
+                fail(E, &q.r, E_SHUTDOWN, E.rank)
+            elif q.r.kind == K_SEND:
                 post_send(E, &q.r)
             else:
                 post_recv(E, &q.r)
@@ -459,7 +529,11 @@ cdef class Engine:
 
     def send(self, buf, int dst, uint32_t ctx=0, int tag=0, uint64_t meta=0, timeout=None,
              uint64_t meta2=0):
-        """Blocking send: returns when buf may be reused."""
+        """Blocking send: returns when buf may be reused.  A send that times out
+        cannot be taken back (see Request.cancel): it may still be delivered,
+        and buf stays in use until then."""
+        if timeout is not None:
+            check_timeout(timeout)
         self._check_rank(dst, "dst")
         if tag < 0:
             raise ValueError(f"tag must be >= 0, got {tag}")
@@ -470,7 +544,11 @@ cdef class Engine:
         q._finish()
 
     def recv(self, buf, int src=-1, uint32_t ctx=0, int tag=-1, timeout=None, rank_of=None):
-        """Blocking receive -> Status."""
+        """Blocking receive -> Status.  If it times out or is interrupted (Ctrl-C)
+        before a message matched, the receive is cancelled: the next matching
+        message goes to a later receive, never into this abandoned buffer."""
+        if timeout is not None:
+            check_timeout(timeout)
         if src != -1:
             self._check_rank(src, "src")
         if tag < -1:
@@ -478,8 +556,39 @@ cdef class Engine:
         q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
         self._post(q, False)
         if q.r.state < S_DONE:
-            self._wait(q, timeout)
+            self._wait_or_unpost(q, timeout)
         return q._finish()
+
+    cdef int _wait_or_unpost(self, Request q, object timeout) except -1:
+        """Wait for a blocking receive; if the wait ends in an exception (timeout,
+        Ctrl-C), cancel the receive first.  One that matched just as the time
+        ran out is already receiving into buf: it gets one more timeout to
+        finish, and its status is returned."""
+        try:
+            self._wait(q, timeout)
+        except BaseException as exc:
+            if self._unpost(q) or not isinstance(exc, _errors().CommTimeoutError):
+                raise
+            if q.r.state < S_DONE:
+                self._wait(q, timeout)
+        return 0
+
+    cdef bint _unpost(self, Request q) except -1:
+        """Remove a posted, unmatched receive (it fails with E_CANCELLED): True if
+        it was removed, False if it had matched or finished."""
+        cdef eng_t *E = self.E
+        cdef bint done = False
+        if E.released:
+            return False
+        with nogil:
+            pthread_mutex_lock(&E.lock)
+            if q.r.kind == K_RECV and q.r.state == S_PENDING:
+                posted_remove(E, &q.r)
+                complete(E, &q.r, E_CANCELLED)
+                done = True
+            pthread_mutex_unlock(&E.lock)
+        self._sweep()
+        return done
 
     def exchange(self, sendbuf, int dst, recvbuf, int src, uint32_t ctx, int tag, uint64_t meta,
                  double wait, rank_of=None, size_t hook=0, int itemsize=0, uint64_t meta2=0):
@@ -523,7 +632,7 @@ cdef class Engine:
 
     # ------------------------------------------------------------ waiting
     cdef int _wait(self, Request q, object timeout, bint spin=True) except -1:
-        cdef double t = self.default_timeout if timeout is None else float(timeout)
+        cdef double t = self.default_timeout if timeout is None else check_timeout(timeout)
         if self._block_until(q, now_ns() + <int64_t>(t * 1e9), spin):
             return 0
         self._sweep()
@@ -545,6 +654,8 @@ cdef class Engine:
         cdef int64_t slice_end
         cdef bint done = False
         while True:
+            if E.released and q.r.state < S_DONE:      # forked child: the parent's request
+                raise _errors().CommError(f"{q.op}: the communicator is closed")
             slice_end = now_ns() + 200000000     # check for signals (Ctrl-C) every 200 ms
             if slice_end > deadline:
                 slice_end = deadline
@@ -558,6 +669,8 @@ cdef class Engine:
 
     cdef int _test(self, Request q) except -1:
         cdef eng_t *E = self.E
+        if E.released:                      # closed: every request has finished
+            return 0
         with nogil:
             pthread_mutex_lock(&E.lock)
             progress(E, True)
@@ -584,7 +697,7 @@ cdef class Engine:
 
     def progress(self):
         """Drive progress once (for callers that poll)."""
-        cdef eng_t *E = self.E
+        cdef eng_t *E = self._live()
         with nogil:
             pthread_mutex_lock(&E.lock)
             progress(E, True)
@@ -608,60 +721,91 @@ cdef class Engine:
                 src = q.rank_of(src)
             return errors.MessageTruncatedError(q.r.err_a, q.r.cap, src, q.r.st_tag, q.r.meta,
                                                 q.r.meta2)
-        if err == E_ABORTED:
-            return errors.CollectiveMismatchError(self.poison_reason(q.r.ctx) or "context aborted")
+        if err == E_SHUTDOWN:
+            return errors.CommError(f"{q.op}: the communicator was closed with this operation "
+                                    f"pending")
+        if err == E_CANCELLED:
+            return errors.CancelledError(f"{q.op} (tag {tag}) was cancelled before it matched")
+        if err == E_ABORTED or self.poison_of(q.r.ctx) is not None:
+            # aborted, or failed by the cascade of an abort (a peer that left
+            # after seeing the first failure): report the first failure
+            return self._abort_error(q)
         detail = ""
         if 0 <= rank < self.size:
             detail = (<bytes>self.E.peers[rank].reason).decode("utf-8", "replace")
-        if err == E_CLOSED and rank == self.rank:
-            return errors.CommError("the communicator was closed with this operation pending")
         if err == E_SILENT:
             return errors.PeerUnresponsiveError(shown, detail, op=q.op, tag=tag)
         return errors.PeerLostError(shown, detail, op=q.op, tag=tag)
 
+    cdef object _abort_error(self, Request q):
+        """The error of the abort that poisoned q's context, its ranks shown as q's
+        communicator numbers them."""
+        z = self.poison_of(q.r.ctx)
+        if z is None:
+            return _errors().AbortedError("context aborted")
+        code, culprit, origin, reason = z
+
+        def shown(w):
+            if w < 0:
+                return None
+            if q.rank_of is None:
+                return w
+            try:
+                return q.rank_of(w)
+            except Exception:
+                return w
+        return _errors().error_for(code, reason, shown(culprit), shown(origin), op=q.op)
+
     # ------------------------------------------------------------ control
-    def abort(self, uint32_t ctx, ranks, reason):
-        """Poison context ctx here and at `ranks`: their receives on it fail
-        with CollectiveMismatchError(reason)."""
+    def abort(self, uint32_t ctx, ranks, reason, int code=1, int culprit=-1):
+        """Abort context ctx here and at `ranks` (world ranks): every receive posted
+        on it fails, and every later operation on it, with the error that
+        errors.error_for(code, reason, culprit, origin=this rank) makes.  If ctx
+        is already aborted, the first abort's code, culprit and reason are what
+        the ranks are told (so every rank names the first failure)."""
         cdef bytes text = str(reason).encode("utf-8")[:255]
-        cdef char *payload
-        cdef hdr_t h
+        cdef poison_t *z
         cdef peer_t *p
-        cdef eng_t *E = self.E
+        cdef const char *ctext = text
+        cdef eng_t *E = self._live()
         with nogil:
             pthread_mutex_lock(&E.lock)
-        try:
-            for rk in ranks:
-                if rk == self.rank or not (0 <= rk < self.size):
-                    continue
-                p = &E.peers[<int>rk]
-                if p.lost:
-                    continue
-                init_hdr(E, &h, OP_ABORT, ctx, 0)
-                h.nbytes = len(text)
-                payload = <char *>malloc(len(text) + 1)
-                memcpy(payload, <char *>text, len(text))
-                if not enqueue(E, p, &h, payload, len(text), NULL, True, False):
-                    free(payload)
-                flush(E, p)
-            poison_ctx(E, ctx, <char *>text, self.rank)
-        finally:
+            poison_ctx(E, ctx, ctext, E.rank, code, culprit, E.rank)
+            z = find_poison(E, ctx)
             pthread_mutex_unlock(&E.lock)
+        for rk in ranks:
+            if rk == self.rank or not (0 <= rk < self.size):
+                continue
+            p = &E.peers[<int>rk]
+            with nogil:
+                pthread_mutex_lock(&E.lock)
+                send_abort(E, p, z)
+                pthread_mutex_unlock(&E.lock)
         self._sweep()
 
+    def poison_of(self, uint32_t ctx):
+        """(code, culprit, origin, reason) of the abort of ctx (world ranks), or None."""
+        cdef poison_t *z
+        if self.E == NULL:
+            return None
+        z = find_poison(self.E, ctx)
+        if z == NULL:
+            return None
+        return (z.code, z.culprit, z.origin, (<bytes>z.reason).decode("utf-8", "replace"))
+
     def poison_reason(self, uint32_t ctx):
-        for i in range(MAX_POISON):
-            if self.E.poison[i].used and self.E.poison[i].ctx == ctx:
-                return (<bytes>self.E.poison[i].reason).decode("utf-8", "replace")
-        return None
+        z = self.poison_of(ctx)
+        return None if z is None else z[3]
 
     def clear_poison(self, uint32_t ctx):
+        self._live()
         for i in range(MAX_POISON):
             if self.E.poison[i].used and self.E.poison[i].ctx == ctx:
                 self.E.poison[i].used = False
 
     def peer_lost(self, int rank):
         """None if the peer is alive, else why it is not."""
+        self._live()
         self._check_rank(rank, "rank")
         if not self.E.peers[rank].lost:
             return None
@@ -671,6 +815,7 @@ cdef class Engine:
         """Per peer (world rank): payload bytes and messages each way, and header bytes."""
         out = {}
         cdef peer_t *p
+        self._live()
         for i in range(self.size):
             p = &self.E.peers[i]
             out[i] = {"bytes_sent": p.bytes_sent, "msgs_sent": p.msgs_sent,
@@ -683,6 +828,7 @@ cdef class Engine:
         """Bytes the transport holds: per peer and for unexpected messages, and
         how many sends wait for flow-control credit."""
         cdef peer_t *p
+        self._live()
         per_peer = {}
         for i in range(self.size):
             p = &self.E.peers[i]
@@ -705,16 +851,17 @@ cdef class Engine:
     @property
     def spin_us(self):
         """The waiters' current spin budget in microseconds (it adapts)."""
-        return self.E.spin_ns / 1000.0
+        return self._live().spin_ns / 1000.0
 
     def pending(self):
         """Number of posted, unfinished requests."""
-        return self.E.outstanding
+        return self._live().outstanding
 
     def close(self, double linger=2.0):
-        """Say goodbye to every peer, stop the progress thread, free everything.
+        """Say goodbye to every peer, stop the progress thread, release the channels.
 
-        Operations still pending fail with CommError.  Idempotent."""
+        Operations still pending fail with CommError; every later call raises
+        (see the class text).  Idempotent."""
         cdef eng_t *E = self.E
         cdef int64_t deadline
         cdef peer_t *p
@@ -734,18 +881,20 @@ cdef class Engine:
                 pthread_mutex_lock(&E.lock)
             E.closed = True
             pthread_mutex_unlock(&E.lock)
-        self._teardown(True)
+        self._release(True)
 
-    cdef void _teardown(self, bint sweep):
-        """Free everything.  sweep: forget finished requests in the live set; not
-        from __dealloc__, where the garbage collector may be freeing that set and
-        its requests (a request's dealloc can be what drops the engine's last
+    cdef void _release(self, bint sweep):
+        """Fail what is pending, stop the progress thread, close every descriptor,
+        unmap the segments, free the queues.  The struct stays (see the class
+        text).  sweep: forget finished requests in the live set; not from
+        __dealloc__, where the garbage collector may be freeing that set and its
+        requests (a request's dealloc can be what drops the engine's last
         reference: sweeping then would free it a second time)."""
         cdef eng_t *E = self.E
         cdef peer_t *p
         cdef umsg_t *u
         cdef req_t *r
-        if E == NULL:
+        if E == NULL or E.released:
             return
         if E.beat_running:
             with nogil:
@@ -755,6 +904,7 @@ cdef class Engine:
                 pthread_mutex_unlock(&E.lock)
                 pthread_join(E.beat, NULL)
             E.beat_running = False
+        E.closed = True
         if E.pt_running:
             with nogil:
                 pthread_mutex_lock(&E.lock)
@@ -769,36 +919,112 @@ cdef class Engine:
             for i in range(E.size):
                 p = &E.peers[i]
                 if p.ops != NULL and p.ops.remote:
-                    peer_lost(E, p, E_CLOSED, b"the communicator was closed")
+                    peer_lost(E, p, E_SHUTDOWN, b"the communicator was closed")
             while E.posted_head != NULL:
                 r = E.posted_head
                 posted_remove(E, r)
-                fail(E, r, E_CLOSED, E.rank)
+                fail(E, r, E_SHUTDOWN, E.rank)
+            while E.unexp_head != NULL:
+                u = E.unexp_head
+                unexp_remove(E, u)
+                if u.waiter != NULL:
+                    fail(E, u.waiter, E_SHUTDOWN, E.rank)
+                free_umsg(E, u)
+            pool_drain(E)
+            E.released = True
+            pthread_cond_broadcast(&E.done_cond)    # waiters: your request has finished
+            kick(E)
             pthread_mutex_unlock(&E.lock)
         if sweep:
             self._sweep()
+        self._close_fds()
+        if E.cbuf != NULL:
+            free(E.cbuf)
+            E.cbuf = NULL
+
+    cdef void _close_fds(self):
+        """Release every channel (ops.release: its descriptors, segment, buffers);
+        the epoll sets and eventfds stay until the struct is freed (a woken
+        waiter may still poll them)."""
+        cdef eng_t *E = self.E
+        cdef peer_t *p
         for i in range(E.size):
             p = &E.peers[i]
+            p.in_epoll = False
             if p.ops != NULL and p.ops.release != NULL:
                 p.ops.release(p)
-        while E.unexp_head != NULL:
-            u = E.unexp_head
-            unexp_remove(E, u)
-            free_umsg(E, u)
-        pool_drain(E)
-        close(E.epfd)
-        close(E.iofd)
-        close(E.doorbell)
-        close(E.kickfd)
+
+    cdef void _free(self):
+        cdef eng_t *E = self.E
+        for fd in (E.epfd, E.iofd, E.doorbell, E.kickfd):
+            if fd >= 0:
+                close(fd)
         pthread_cond_destroy(&E.done_cond)
         pthread_cond_destroy(&E.pt_cond)
         pthread_cond_destroy(&E.beat_cond)
         pthread_mutex_destroy(&E.lock)
-        if E.cbuf != NULL:
-            free(E.cbuf)
         free(E.peers)
         free(E)
         self.E = NULL
+
+    cdef void _forget_in_child(self):
+        """After fork, in the child: this engine is the parent's.  Close the
+        child's copies of its descriptors and mappings (so the child never holds
+        a channel open: a rank's death must stay visible to its peers as EOF)
+        and mark it closed, touching no peer and no lock (a parent thread may
+        have held it at fork: the child's copy is made anew)."""
+        cdef eng_t *E = self.E
+        cdef pthread_condattr_t ca
+        if E == NULL or E.released:
+            return
+        pthread_mutex_init(&E.lock, NULL)
+        pthread_condattr_init(&ca)
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)
+        pthread_cond_init(&E.done_cond, &ca)
+        pthread_cond_init(&E.pt_cond, &ca)
+        E.pt_running = False                # the threads were not forked
+        E.beat_running = False
+        E.closed = True
+        E.released = True
+        for i in range(E.size):
+            E.peers[i].lost = E_SHUTDOWN
+            E.peers[i].txq = NULL           # the parent's frames: never sent from here
+            E.peers[i].txq_tail = NULL
+        E.posted_head = E.posted_tail = NULL
+        E.unexp_head = E.unexp_tail = NULL
+        E.done_head = NULL
+        self.live = set()
+        self._close_fds()
+        for fd in (E.epfd, E.iofd, E.doorbell, E.kickfd):
+            close(fd)
+        E.epfd = E.iofd = E.doorbell = E.kickfd = -1
+
+
+_ENGINES = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for eng in list(_ENGINES):
+        (<Engine>eng)._forget_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+MAX_TIMEOUT_S = 1e9            # ~31 years: longer is "forever" (and fits int64 ns)
+
+
+cpdef double check_timeout(object timeout) except -1.0:
+    """A timeout in seconds as a float: >= 0 and not NaN, else ValueError;
+    infinity and anything beyond MAX_TIMEOUT_S is MAX_TIMEOUT_S."""
+    cdef double t
+    try:
+        t = float(timeout)
+    except (TypeError, ValueError):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}") from None
+    if not t >= 0.0:
+        raise ValueError(f"timeout must be >= 0 seconds (or None for the default), got {timeout!r}")
+    return t if t < MAX_TIMEOUT_S else MAX_TIMEOUT_S
 
 
 cdef void _count_channel(eng_t *E, peer_t *p) noexcept nogil:
@@ -813,6 +1039,30 @@ cdef bint _tx_pending(eng_t *E) noexcept nogil:
         if E.peers[i].txq != NULL and E.peers[i].lost == 0:
             return True
     return False
+
+
+cdef bint has_pointers(const char *fmt) noexcept:
+    """Whether a buffer's struct format (PEP 3118) holds pointers: 'O' (Python
+    objects), 'P' (void *) or '&' (pointer to), outside field names (:name:)."""
+    cdef bint in_name = False
+    cdef char c
+    while fmt[0] != 0:
+        c = fmt[0]
+        if c == b':':
+            in_name = not in_name
+        elif not in_name and (c == b'O' or c == b'P' or c == b'&'):
+            return True
+        fmt += 1
+    return False
+
+
+def _pointer_problem(buf, fmt, writable):
+    kind = type(buf).__name__
+    dtype = getattr(buf, "dtype", None)
+    what = f"a {kind} of dtype {dtype}" if dtype is not None else f"a {kind} of format {fmt!r}"
+    return (f"buf: {what} holds pointers (Python objects or addresses), not plain data: "
+            f"{'receiving bytes into it would let the peer choose pointer values' if writable else 'sending it would ship raw heap addresses'}; "
+            f"send plain numbers, or objects with send_obj/recv_obj")
 
 
 def _buffer_problem(buf, writable, exc):

@@ -65,7 +65,6 @@ cdef struct eng_t:
     int n_polled        # peers with a poll step (chan_ops_t.poll)
     poison_t poison[MAX_POISON]
     int poison_next
-    bint closed
     # liveness: the beat thread (beat_main)
     int64_t beat_ns         # heartbeat interval
     int64_t silent_ns       # a peer not heard from for this long is lost (0: never)
@@ -76,6 +75,9 @@ cdef struct eng_t:
     uint64_t unexp_peak     # unexpected bytes' high mark since the queue was last empty
     pblock_t *pool[POOL_BUCKETS]    # free unexpected-message blocks by size (queues.pxi)
     uint64_t pool_bytes
+    int n_poison        # contexts ever poisoned (0: skip the poison checks)
+    bint closed         # no new operation (close() began)
+    bint released       # channels, queues and threads released (see Engine)
 
 
 cdef inline void kick(eng_t *E) noexcept nogil:
@@ -297,6 +299,8 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         if r != NULL:
             credit_back(E, p, h)
             deliver(E, r, h, payload)
+        elif E.n_poison and poisoned(E, h.ctx):
+            credit_back(E, p, h)            # never matched now: dropped
         else:
             u = new_umsg(E, h, h.src, True)
             if u == NULL:
@@ -313,6 +317,9 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         if r != NULL:
             credit_back(E, p, h)
             start_rendezvous(E, p, r, h)
+        elif E.n_poison and poisoned(E, h.ctx):
+            credit_back(E, p, h)
+            refuse_rts(E, p, h.ctx)         # never matched now: the sender's send fails
         else:
             u = new_umsg(E, h, h.src, False)
             if u == NULL:
@@ -354,7 +361,7 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         n = h.nbytes if h.nbytes < 255 else 255
         memcpy(p.abort_text, payload, n)
         p.abort_text[n] = 0
-        poison_ctx(E, h.ctx, p.abort_text, p.rank)
+        on_abort(E, p, h)
     elif op == OP_BYE:
         peer_lost(E, p, E_CLOSED, b"the peer closed its communicator")
 
@@ -421,6 +428,9 @@ cdef void post_send(eng_t *E, req_t *r) noexcept nogil:
     E.next_id += 1
     if p.lost:
         fail(E, r, p.lost, p.rank)
+        return
+    if E.n_poison and poisoned(E, r.ctx):
+        fail(E, r, E_ABORTED, -1)
         return
     if p.ops.post != NULL:
         p.ops.post(E, r)
@@ -496,6 +506,53 @@ cdef void post_recv(eng_t *E, req_t *r) noexcept nogil:
 
 
 # ---------------------------------------------------------------- failure
+
+cdef void send_abort(eng_t *E, peer_t *p, poison_t *z) noexcept nogil:
+    """Tell p that context z.ctx is aborted (code, culprit, origin, reason)."""
+    cdef hdr_t h
+    cdef size_t n = strlen(z.reason)
+    cdef char *payload
+    if p.lost or p.kind == P_SELF:
+        return
+    init_hdr(E, &h, OP_ABORT, z.ctx, z.culprit)
+    h.meta = <uint64_t>z.code
+    h.addr = <uint64_t>z.origin
+    h.nbytes = n
+    payload = <char *>malloc(n + 1)
+    if payload == NULL:
+        return
+    memcpy(payload, z.reason, n)
+    if not enqueue(E, p, &h, payload, n, NULL, True, False):
+        free(payload)
+        return
+    flush(E, p)
+
+
+cdef void refuse_rts(eng_t *E, peer_t *p, uint32_t ctx) noexcept nogil:
+    """p announced a large message on an aborted context: it will never be
+    matched, so tell p (its send then fails, see on_abort)."""
+    cdef poison_t *z = find_poison(E, ctx)
+    if z != NULL:
+        send_abort(E, p, z)
+
+
+cdef void on_abort(eng_t *E, peer_t *p, hdr_t *h) noexcept nogil:
+    """p says context h.ctx is aborted: poison it here (the first abort heard
+    wins), and drop what waits on it unmatched."""
+    cdef umsg_t *u
+    cdef umsg_t *un
+    poison_ctx(E, h.ctx, p.abort_text, p.rank, <int>h.meta, h.tag, <int>h.addr)
+    u = E.unexp_head
+    while u != NULL:
+        un = u.next
+        if u.h.ctx == h.ctx and not u.partial:
+            unexp_remove(E, u)
+            credit_back(E, &E.peers[u.src], &u.h)   # its sender's credit: never matched now
+            if u.h.opcode == OP_RTS:
+                refuse_rts(E, &E.peers[u.src], h.ctx)
+            free_umsg(E, u)
+        u = un
+
 
 cdef void fail_list(eng_t *E, req_t **head, int err, int rank) noexcept nogil:
     cdef req_t *r

@@ -237,25 +237,37 @@ cdef void deliver(eng_t *E, req_t *r, hdr_t *h, const char *payload) noexcept no
     complete(E, r, E_NONE)
 
 
-cdef bint poisoned(eng_t *E, uint32_t ctx) noexcept nogil:
+cdef poison_t *find_poison(eng_t *E, uint32_t ctx) noexcept nogil:
     cdef int i
     for i in range(MAX_POISON):
         if E.poison[i].used and E.poison[i].ctx == ctx:
-            return True
-    return False
+            return &E.poison[i]
+    return NULL
 
 
-cdef void poison_ctx(eng_t *E, uint32_t ctx, const char *reason, int from_rank) noexcept nogil:
-    """Mark ctx aborted; fail every receive posted on it, and sends that wait on a peer."""
+cdef inline bint poisoned(eng_t *E, uint32_t ctx) noexcept nogil:
+    return find_poison(E, ctx) != NULL
+
+
+cdef void poison_ctx(eng_t *E, uint32_t ctx, const char *reason, int from_rank, int code,
+                     int culprit, int origin) noexcept nogil:
+    """Mark ctx aborted (the first abort wins: its code, culprit, origin and reason
+    stay); fail every receive posted on it, and the sends waiting on from_rank
+    to match them (from_rank has aborted too: it never will).  Sends that have
+    been matched are left to finish; new ones fail at post (post_send)."""
     cdef int i = E.poison_next
     cdef req_t *r
     cdef req_t *nxt
     if not poisoned(E, ctx):
         E.poison[i].used = True
         E.poison[i].ctx = ctx
+        E.poison[i].code = code
+        E.poison[i].culprit = culprit
+        E.poison[i].origin = origin
         strncpy(E.poison[i].reason, reason, 255)
         E.poison[i].reason[255] = 0
         E.poison_next = (i + 1) % MAX_POISON
+        E.n_poison += 1
     r = E.posted_head
     while r != NULL:
         nxt = r.next

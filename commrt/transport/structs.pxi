@@ -10,7 +10,8 @@
 #   CTS     "matched: send the data"        none              cookie=send id, addr=recv id
 #   DATA    (part of) a large message       nbytes bytes      cookie=recv id, addr=offset
 #   FIN     "copied it myself" (CMA)        none              cookie=send id
-#   ABORT   poison a context                reason text       ctx
+#   ABORT   poison a context                reason text       ctx, meta=failure code,
+#                                                             tag=culprit, addr=origin rank
 #   BYE     orderly close                   none
 #   PAD     skip to the ring's start        (ring only)
 #   CREDIT  return eager credit             none              credit
@@ -57,8 +58,10 @@ cdef enum:
     E_TRUNC = 1
     E_PEER_LOST = 2
     E_ABORTED = 3
-    E_CLOSED = 4
+    E_CLOSED = 4        # the peer closed its communicator
     E_SILENT = 5        # peer lost: no heartbeat within the liveness timeout
+    E_SHUTDOWN = 6      # this rank closed its communicator with the request pending
+    E_CANCELLED = 7     # Request.cancel() unposted it before it matched
 
 cdef enum:
     MIN_CREDIT = 65536              # smallest credit a rank may grant a peer (COMMRT_UNEXPECTED_BYTES)
@@ -234,6 +237,7 @@ cdef struct peer_t:
     combine_fn rx_hook  # combine the payload into rx_dst instead of copying (reduce-receive)
     uint32_t rx_isz     # its element size: pieces are combined in whole elements
     umsg_t *rx_umsg     # or unexpected message filled by it
+    bint in_rx          # inside tcp_rx (a reply's failed write must not read again)
     char abort_text[256]
     # --- queues
     frame_t *txq
@@ -264,7 +268,10 @@ cdef struct peer_t:
     uint64_t hdr_sent
     uint64_t hdr_recv
 
-cdef struct poison_t:
+cdef struct poison_t:    # an aborted context: the first abort heard wins
     uint32_t ctx
     bint used
+    int code            # errors.FailureCode
+    int culprit         # world rank blamed (-1: none)
+    int origin          # world rank that started the abort
     char reason[256]

@@ -53,6 +53,11 @@ cdef void tcp_flush(eng_t *E, peer_t *p) noexcept nogil:
                 continue
             if errno == EAGAIN:
                 break
+            # The peer is gone.  What it sent before going is still readable
+            # (an ABORT naming the rank that failed first, say): read it before
+            # failing the channel, so errors name the cause, not this cascade.
+            if not p.in_rx:
+                tcp_rx(E, p)
             peer_lost(E, p, E_PEER_LOST, b"connection reset while sending")
             return
         if n == 0:
@@ -115,6 +120,8 @@ cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
                 r.state = S_ACTIVE
                 p.rx_req = r
                 p.rx_dst = r.buf
+        elif E.n_poison and poisoned(E, h.ctx):
+            credit_back(E, p, h)                    # aborted context: payload dropped
         else:
             u = new_umsg(E, h, h.src, True)
             if u == NULL:
@@ -174,15 +181,20 @@ cdef void tcp_end(eng_t *E, peer_t *p) noexcept nogil:
             complete(E, r, E_NONE)
     elif h.opcode == OP_ABORT:
         p.abort_text[h.nbytes if h.nbytes < 255 else 255] = 0
-        poison_ctx(E, h.ctx, p.abort_text, p.rank)
+        on_abort(E, p, h)
 
 
 cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
+    p.in_rx = True              # (tcp_flush must not re-enter us from a handler's reply)
+    tcp_rx_loop(E, p, False)    # drained: a short read emptied the socket (epoll says more)
+    p.in_rx = False
+
+
+cdef void tcp_rx_loop(eng_t *E, peer_t *p, bint drained) noexcept nogil:
     cdef ssize_t n
     cdef size_t have
     cdef size_t room
     cdef uint64_t take
-    cdef bint drained = False   # a short read emptied the socket: epoll says when there is more
     while p.lost == 0:
         have = p.rx_end - p.rx_pos
         if p.rx_stage == 0:

@@ -1,0 +1,70 @@
+"""Communicator.abort and the abort that spreads a collective's failure: every rank
+fails with the same typed error, naming the rank that failed first."""
+import time
+
+import pytest
+
+from commrt.errors import FailureCode
+from commrt.testing import World
+
+import comm_ranks as R
+
+ENV = {"COMMRT_COLL_PROBE_S": "0.5"}
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_abort_fails_pending_and_later_operations_everywhere(transport):
+    with World(3, transport=transport, env=ENV, timeout=60) as w:
+        res = w.run(R.abort_by_rank1, timeout=50)
+    pending = [res[0]["recv"], res[2]["coll"]]
+    for r in pending:
+        assert r is not None and r["type"] == "AbortedError", r
+        assert r["code"] == FailureCode.ABORTED and r["rank"] == 1, r
+        assert "stop now" in r["msg"], r
+        assert r["s"] < 10, r                       # at once, not at the 30 s deadline
+    for rank, r in enumerate(res):
+        for what in ("later_send", "later_irecv", "later_coll", "later_barrier"):
+            e = r[what]
+            assert e is not None and e["type"] == "AbortedError", (rank, what, e)
+            assert e["code"] == FailureCode.ABORTED and e["rank"] == 1, (rank, what, e)
+        assert r["sub"] == 3.0                      # a sub-communicator is not affected
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_timeout_on_one_rank_aborts_the_collective_everywhere(transport):
+    with World(3, transport=transport, env=ENV, timeout=60) as w:
+        t0 = time.monotonic()
+        res = w.run(R.one_rank_times_out, timeout=50)
+        took = time.monotonic() - t0
+    assert res[0]["type"] == "CommTimeoutError", res[0]
+    culprit = res[0]["rank"]
+    for rank in (1, 2):
+        r = res[rank]
+        assert r["type"] == "CommTimeoutError", (rank, r)   # the same error ...
+        assert r["rank"] == culprit, (rank, r, culprit)      # ... naming the same rank
+        assert "rank 0" in r["msg"], r
+        assert r["s"] < 10, r                                  # not their 60 s deadline
+    for r in res:                                              # and it stays aborted
+        assert r["later"] is not None and r["later"]["code"] == FailureCode.TIMEOUT, r
+    assert took < 40
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_every_survivor_names_the_rank_that_died_first(transport):
+    """Rank 2 is SIGKILLed; rank 0 leaves as soon as it sees the failure.  The
+    others must blame rank 2, never rank 0 that merely left."""
+    w = World(4, transport=transport, env=ENV, timeout=60).start()
+    try:
+        for conn in w._conns:
+            conn.send((R.rank2_dies_in_collectives, (1 << 16,), {}))
+        deadline = time.monotonic() + 45
+        res = {}
+        for rank in (0, 1, 3):
+            kind, value = w._receive(rank, deadline)
+            assert kind == "ok", value
+            res[rank] = value
+    finally:
+        w.close()
+    for rank, r in res.items():
+        assert r["type"] == "PeerLostError", (rank, r)
+        assert r["rank"] == 2, (rank, r)
