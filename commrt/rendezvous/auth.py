@@ -24,6 +24,7 @@ import os
 import socket
 import stat
 import struct
+import threading
 import time
 
 from commrt import config
@@ -259,3 +260,52 @@ def load_secret():
     if text:
         return parse_secret(text, "COMMRT_SECRET")
     return None
+
+
+class RefusalLog:
+    """Refused connections, logged once per source with a count.
+
+    The first refusal from a source (its host address) is logged at WARNING
+    with its reason; later ones are only counted (at DEBUG), and summary()
+    logs one WARNING per source refused more than once, with the total.  So
+    a stranger hammering a port makes at most two lines, not one per
+    connection (an attack of 529 connections used to write 529)."""
+
+    def __init__(self, logger, what):
+        self._log, self._what = logger, what
+        self._counts = {}
+        self._lock = threading.Lock()
+
+    def refused(self, source, reason):
+        with self._lock:
+            n = self._counts.get(source, 0) + 1
+            self._counts[source] = n
+        if n == 1:
+            self._log.warning("%s: refused a connection from %s: %s (later refusals from it "
+                              "are counted)", self._what, source, reason)
+        else:
+            self._log.debug("%s: refused connection %d from %s: %s", self._what, n, source, reason)
+
+    def counts(self):
+        with self._lock:
+            return dict(self._counts)
+
+    def summary(self):
+        """Log the total of every source refused more than once; forget the counts."""
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        for source, n in counts.items():
+            if n > 1:
+                self._log.warning("%s: refused %d connections from %s in all", self._what, n,
+                                  source)
+
+
+def source_of(sock):
+    """The host a connection comes from (its address without the port)."""
+    try:
+        name = sock.getpeername()
+    except OSError:
+        return "a closed connection"
+    if isinstance(name, tuple):
+        return str(name[0])
+    return "a local process" if not name or name[:1] == b"\0" else str(name)

@@ -24,14 +24,16 @@ authenticated connection from a small pool, or opens one, so a thread
 blocked in ``get`` never holds up another thread's ``set``.
 """
 import logging
+import os
 import selectors
 import socket
 import struct
 import threading
 import time
+import weakref
 
 from commrt.errors import AuthError, CommTimeoutError, StoreError
-from commrt.rendezvous.auth import client_handshake, server_handshake
+from commrt.rendezvous.auth import RefusalLog, client_handshake, server_handshake, source_of
 
 log = logging.getLogger("commrt")
 
@@ -109,6 +111,8 @@ class StoreServer:
         self._listener = None
         self._accept_thread = None
         self._wake_r, self._wake_w = None, None
+        self.refusals = RefusalLog(log, "store")
+        _FORKSAFE.add(self)
 
     # lifecycle
     def bind(self):
@@ -168,12 +172,23 @@ class StoreServer:
             _shutdown(conn)
         for thread in list(self._threads):
             thread.join(1.0)
+        self.refusals.summary()
 
     def __enter__(self):
         return self if self._accept_thread is not None else self.start()
 
     def __exit__(self, *exc):
         self.close()
+
+    def _forget_in_child(self):
+        """After fork, in the child: the server is the parent's (its threads were
+        not forked); close our copies of its sockets, never shut them down."""
+        self._cond = threading.Condition()
+        self._closed = True
+        conns, self._conns = list(self._conns), set()
+        for sock in conns + [self._listener, self._wake_r, self._wake_w]:
+            if sock is not None:
+                sock.close()
 
     # connections
     def _accept_loop(self):
@@ -197,7 +212,8 @@ class StoreServer:
             if self._closed or len(self._conns) >= MAX_CONNECTIONS:
                 conn.close()
                 if not self._closed:
-                    log.warning("store: refused %s: %d connections open", addr, MAX_CONNECTIONS)
+                    self.refusals.refused(str(addr[0]) if isinstance(addr, tuple) else "a local process",
+                                          f"{MAX_CONNECTIONS} connections open")
                 return
             self._conns.add(conn)
         thread = threading.Thread(target=self._serve, args=(conn,), daemon=True,
@@ -206,12 +222,13 @@ class StoreServer:
         thread.start()
 
     def _serve(self, conn):
+        source = source_of(conn)            # now: a refused peer may close before we log
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             server_handshake(conn, self._secret, AUTH_TIMEOUT)
         except (AuthError, OSError) as exc:
             if not self._closed:
-                log.warning("store: refused a connection: %s", exc)
+                self.refusals.refused(source, exc)
             self._drop(conn)
             return
         try:
@@ -363,6 +380,16 @@ class Store:
         self._idle, self._busy = [], set()
         self._closed = False
         self._idle.append(self._connect(retry=True))
+        _FORKSAFE.add(self)
+
+    def _forget_in_child(self):
+        """After fork, in the child: close our copies of the parent's connections
+        (close, never shutdown: that would cut the parent's too)."""
+        self._lock = threading.Lock()
+        self._closed = True
+        conns, self._idle, self._busy = self._idle + list(self._busy), [], set()
+        for conn in conns:
+            conn.close()
 
     @property
     def address(self):
@@ -551,3 +578,16 @@ def _describe_missing(items):
     shown = ", ".join(repr(n) for n in names[:10])
     more = f" and {len(names) - 10} more" if len(names) > 10 else ""
     return f"key{'s' if len(names) != 1 else ''} not set: {shown}{more}"
+
+
+# Forked children (data-loader workers) must not hold the store's connections:
+# every Store and StoreServer closes its copies in the child.
+_FORKSAFE = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for obj in list(_FORKSAFE):
+        obj._forget_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

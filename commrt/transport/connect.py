@@ -164,6 +164,7 @@ class _Acceptor(threading.Thread):
         self.lock = threading.Lock()
         self.claimed = set()                # hellos accepted, channel being set up
         self.refused = {}                   # rank -> ProtocolError of a hello in another version
+        self.refusals = auth.RefusalLog(log, f"commrt rank {rank}")
         self.done = threading.Event()
         self.error = None
         self.stopping = False
@@ -195,6 +196,7 @@ class _Acceptor(threading.Thread):
 
     def _vet(self, conn):
         peer = None
+        source = auth.source_of(conn)       # now: a refused peer may close before we log
         try:
             budget = max(0.1, self.deadline - time.monotonic())
             auth.server_handshake(conn, self.secret, min(10.0, budget))
@@ -227,8 +229,8 @@ class _Acceptor(threading.Thread):
                 self.refused.setdefault(exc.peer, exc)
             conn.close()
         except (AuthError, OSError, struct.error, ValueError) as exc:
-            who = f"rank {peer}" if peer is not None else "a connection"
-            log.warning("commrt rank %d: refused %s: %s", self.rank, who, exc)
+            who = f" claiming rank {peer}" if peer is not None else ""
+            self.refusals.refused(source, f"{exc}{who}")
             conn.close()
         except BaseException as exc:                      # surfaced by join()
             self.error = exc
@@ -260,6 +262,7 @@ class _Acceptor(threading.Thread):
             os.close(self._wake_r)
             os.close(self._wake_w)
             self._wake_r = self._wake_w = -1
+        self.refusals.summary()
 
 
 def _connect(engine, secret, rank, peer, kind, addr, deadline):
@@ -371,7 +374,7 @@ def _offer_shm(engine, conn, rank, peer, peer_pid, credit):
     try:
         os.ftruncate(memfd, seg)
         socket.send_fds(conn, [SHM_OFFER.pack(b"CMSH", ring)], [memfd, engine.doorbell_fd])
-        _, fds, _, _ = socket.recv_fds(conn, 16, 1)
+        _, fds, _, _ = socket.recv_fds(conn, 16, 1, socket.MSG_CMSG_CLOEXEC)
         if len(fds) != 1:
             raise TransportError(f"rank {peer} did not send its doorbell")
     except BaseException:
@@ -382,7 +385,7 @@ def _offer_shm(engine, conn, rank, peer, peer_pid, credit):
 
 def _accept_shm(engine, sock, rank, peer, peer_pid, credit):
     """Higher rank: receive the segment and the peer's doorbell, send ours."""
-    msg, fds, _, _ = socket.recv_fds(sock, SHM_OFFER.size, 2)
+    msg, fds, _, _ = socket.recv_fds(sock, SHM_OFFER.size, 2, socket.MSG_CMSG_CLOEXEC)
     if len(fds) != 2 or len(msg) != SHM_OFFER.size:
         for fd in fds:
             os.close(fd)
@@ -393,6 +396,8 @@ def _accept_shm(engine, sock, rank, peer, peer_pid, credit):
 
 
 def _adopt_shm(engine, peer, memfd, ring, side, peer_efd, sock, peer_pid, credit):
+    for fd in (memfd, peer_efd):             # close-on-exec, as every commrt descriptor
+        os.set_inheritable(fd, False)
     sock.setblocking(False)
     engine.add_shm_peer(peer, memfd, ring, side, peer_efd, sock.detach(), peer_pid,
                         config.get("COMMRT_CMA"), credit)

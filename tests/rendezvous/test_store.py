@@ -166,6 +166,29 @@ def test_wrong_secret_is_refused_and_logged(server, store, caplog):
     assert store.get("still") == b"serving"
 
 
+def test_refusals_are_logged_once_per_source_with_a_count(caplog):
+    """An attack of many connections makes one warning per source, then one total
+    (it used to be one line per refused connection)."""
+    srv = StoreServer(SECRET).start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="commrt"):
+            logging.getLogger("commrt").propagate = True
+            for _ in range(40):
+                with socket.create_connection(srv.address) as s:
+                    s.sendall(os.urandom(64))
+            deadline = time.monotonic() + 20
+            while srv.refusals.counts().get("127.0.0.1", 0) < 40 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert srv.refusals.counts().get("127.0.0.1") == 40
+            srv.close()
+    finally:
+        srv.close()
+    lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert "from 127.0.0.1" in lines[0] and lines[1] == \
+        "store: refused 40 connections from 127.0.0.1 in all", lines
+
+
 def test_random_bytes_are_refused_and_the_server_keeps_serving(server, store, caplog):
     with caplog.at_level(logging.WARNING, logger="commrt"):
         for _ in range(5):
