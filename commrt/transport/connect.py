@@ -17,9 +17,11 @@ eventfd, over SCM_RIGHTS; the higher rank answers with its own doorbell.
 The Unix socket stays open: its EOF is how a rank learns that a peer on its
 host died, SIGKILL included.  Nothing is ever named in /dev/shm.
 """
+import errno
 import json
 import logging
 import os
+import resource
 import selectors
 import socket
 import struct
@@ -82,6 +84,7 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
     if not config.get("COMMRT_HEARTBEAT_S") > 0:
         raise ValueError(f"COMMRT_HEARTBEAT_S must be > 0, got {config.get('COMMRT_HEARTBEAT_S')}"
                          f" (to stop blaming silent peers set COMMRT_LIVENESS_TIMEOUT_S=0)")
+    _check_fd_limit(rank, size, local_size)
     ncpu = len(os.sched_getaffinity(0))
     oversub = local_size > ncpu
     spin_us = config.get("COMMRT_SPIN_US")
@@ -113,12 +116,51 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
             for r in range(rank):
                 _connect(engine, secret, rank, r, kinds[r], addrs[r], deadline)
             acceptor.join(deadline)
-        except BaseException:
+        except BaseException as exc:
             acceptor.stop()
             engine.close(0)
+            if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
+                raise BootstrapError(_fd_limit_text(rank, size, local_size)) from exc
             raise
     engine.start(progress_thread=config.get("COMMRT_PROGRESS_THREAD"))
     return engine, plan
+
+
+FDS_BASE = 32               # epoll sets, eventfds, listeners, store, a rank's own files
+
+
+def fds_needed(size, local_size):
+    """Descriptors a rank's mesh holds: a TCP socket per remote peer; a liveness
+    socket and a doorbell per shared-memory peer (its memfd is closed once mapped)."""
+    local = max(0, local_size - 1)
+    return FDS_BASE + 2 * local + (size - 1 - local)
+
+
+def _fd_limit_text(rank, size, local_size):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (f"rank {rank}: RLIMIT_NOFILE (open files, `ulimit -n`) is {soft} (hard limit "
+            f"{hard}), too low for a world of {size} ranks: the mesh needs about "
+            f"{fds_needed(size, local_size)} descriptors on this rank; raise it (ulimit -n "
+            f"{max(fds_needed(size, local_size) * 2, 1024)})")
+
+
+def _check_fd_limit(rank, size, local_size):
+    """Raise the soft RLIMIT_NOFILE toward the hard one if the mesh needs it, or
+    fail at once naming the limit (not with EMFILE half-way through the mesh)."""
+    need = fds_needed(size, local_size)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need + len(os.listdir("/proc/self/fd")):
+        return
+    want = need + len(os.listdir("/proc/self/fd"))
+    if hard == resource.RLIM_INFINITY or hard >= want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(want, min(hard, 4096)) if
+                                                        hard != resource.RLIM_INFINITY else
+                                                        max(want, 4096), hard))
+            return
+        except (ValueError, OSError):
+            pass
+    raise BootstrapError(_fd_limit_text(rank, size, local_size))
 
 
 def _gather_addresses(store, prefix, rank, size, deadline):
