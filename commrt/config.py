@@ -54,6 +54,9 @@ knob("COMMRT_WORLD_SIZE", None, int, "Number of ranks in the world.")
 knob("COMMRT_LOCAL_RANK", None, int, "Rank among the ranks on this host.")
 knob("COMMRT_LOCAL_WORLD_SIZE", None, int, "Number of ranks on this host.")
 knob("COMMRT_STORE_ADDR", None, str, "host:port of the rendezvous store.")
+knob("COMMRT_SECRET_FD", None, int,
+     "Number of an inherited descriptor (a memfd) holding the job secret: how commrt-launch "
+     "hands it to its ranks, so no secret file exists on disk; read once, then closed.")
 knob("COMMRT_SECRET_FILE", None, str, "Path of a file (mode 0600) holding the job secret.")
 knob("COMMRT_SECRET", None, str, "The job secret itself (hex); prefer COMMRT_SECRET_FILE.")
 knob("COMMRT_HOST_ID", None, str,

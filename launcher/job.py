@@ -29,7 +29,6 @@ import selectors
 import signal
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -117,7 +116,7 @@ class Job:
         self.exit_code = 0
         self.kill_at = None
         self.server = None
-        self.tmpdir = None
+        self.secret_fd = None       # memfd with the secret, inherited by every local rank
         self.pipes = {}             # fd -> (rank, stream, pipe)
         self.never_joined = []
 
@@ -165,9 +164,9 @@ class Job:
         self.local_store = f"{'127.0.0.1' if wildcard else _bracket(bind)}:{port}"
         self.remote_store = f"{_bracket(socket.getfqdn()) if wildcard else _bracket(bind)}:{port}"
         self.master_port = _free_port("127.0.0.1" if all_local else "0.0.0.0")
-        self.tmpdir = tempfile.mkdtemp(prefix="commrt-launch-")
-        self.secret_file = os.path.join(self.tmpdir, "secret")
-        auth.write_secret_file(self.secret_file, self.secret)
+        # in memory only, never a file: nothing is left behind under any exit of the
+        # launcher (SIGKILL included); a restarted rank inherits the same descriptor
+        self.secret_fd = auth.secret_descriptor(self.secret)
         if self.spec.verbose:
             _note(f"store at {self.local_store if all_local else self.remote_store}; "
                   f"{len(self.ranks)} ranks on {', '.join(h.name for h in self.spec.hosts)}")
@@ -204,7 +203,8 @@ class Job:
             try:
                 r.proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, start_new_session=True,
-                                          preexec_fn=child_setup)
+                                          preexec_fn=child_setup,
+                                          pass_fds=() if r.remote else (self.secret_fd,))
             except OSError as exc:
                 raise LaunchError(f"cannot start rank {r.rank} ({argv[0]}): {exc}") from None
             if r.remote:
@@ -244,7 +244,7 @@ class Job:
         env.update(horovod_env(p, self.spec.nprocs))
         env.update(self._master_env(r))
         if not r.remote:
-            env["COMMRT_SECRET_FILE"] = self.secret_file
+            env["COMMRT_SECRET_FD"] = str(self.secret_fd)
         if self.spec.timeline:
             env["COMMRT_TIMELINE"] = timeline_part(self.spec.timeline, p.rank)
         env.update(self.spec.env)
@@ -271,7 +271,8 @@ class Job:
         env = self._rank_env(r)
         if not r.remote:
             full = dict(os.environ)
-            full.pop("COMMRT_SECRET", None)  # ours is in the file; never a stale one
+            for name in ("COMMRT_SECRET", "COMMRT_SECRET_FILE"):  # ours is in the fd;
+                full.pop(name, None)                              # never a stale one
             full.update(env)
             full.setdefault("PYTHONUNBUFFERED", "1")
             if "OMP_NUM_THREADS" not in full:
@@ -540,10 +541,9 @@ class Job:
         if self.server is not None:
             self.never_joined = self._never_joined()
             self.server.close()
-        if self.tmpdir is not None:
-            for name in os.listdir(self.tmpdir):
-                os.unlink(os.path.join(self.tmpdir, name))
-            os.rmdir(self.tmpdir)
+        if self.secret_fd is not None:
+            os.close(self.secret_fd)
+            self.secret_fd = None
 
     def _never_joined(self):
         joined = self._joined()

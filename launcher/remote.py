@@ -15,7 +15,6 @@ import selectors
 import signal
 import subprocess
 import sys
-import tempfile
 
 _PR_SET_PDEATHSIG = 1
 _SPEC_LIMIT = 1 << 20
@@ -41,11 +40,12 @@ def read_spec(stdin_fd):
     return json.loads(buf.split(b"\n", 1)[0])
 
 
-def start_rank(spec, secret_file):
+def start_rank(spec, secret_fd):
     env = dict(os.environ)
     env.update(spec["env"])
-    env["COMMRT_SECRET_FILE"] = secret_file
+    env["COMMRT_SECRET_FD"] = str(secret_fd)
     env.pop("COMMRT_SECRET", None)
+    env.pop("COMMRT_SECRET_FILE", None)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if "OMP_NUM_THREADS" not in env:
         cores = len(os.sched_getaffinity(0))
@@ -62,7 +62,8 @@ def start_rank(spec, secret_file):
             os._exit(1)
 
     return subprocess.Popen(spec["argv"], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                            start_new_session=True, preexec_fn=child_setup)
+                            start_new_session=True, preexec_fn=child_setup,
+                            pass_fds=(secret_fd,))
 
 
 def watch(proc, stdin_fd):
@@ -99,22 +100,20 @@ def _killpg(pgid, signum):
 def main():
     stdin_fd = sys.stdin.fileno()
     spec = read_spec(stdin_fd)
-    tmpdir = tempfile.mkdtemp(prefix="commrt-rank-")
-    secret_file = os.path.join(tmpdir, "secret")
+    from commrt.rendezvous import auth
+
+    # the secret in memory (a memfd the rank inherits), never in a file: nothing
+    # is left on this host under any exit, SIGKILL of this shim included
+    secret_fd = auth.secret_descriptor(auth.parse_secret(spec["secret"], "the job spec"))
     try:
-        fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(spec["secret"] + "\n")
         try:
-            proc = start_rank(spec, secret_file)
+            proc = start_rank(spec, secret_fd)
         except OSError as exc:
             print(f"commrt.launcher.remote: cannot start {spec['argv'][0]}: {exc}", file=sys.stderr)
             return 127
         code = watch(proc, stdin_fd)
     finally:
-        for name in os.listdir(tmpdir):
-            os.unlink(os.path.join(tmpdir, name))
-        os.rmdir(tmpdir)
+        os.close(secret_fd)
     if code < 0:  # die the way the rank died, so the launcher sees the signal
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(-code, signal.SIG_DFL)

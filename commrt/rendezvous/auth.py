@@ -251,8 +251,52 @@ def read_private_file(path: str, limit: int = 4096) -> str:
         os.close(fd)
 
 
+def secret_descriptor(secret: bytes) -> int:
+    """A memfd holding the secret (hex), sealed against writes, for ranks to inherit
+    (COMMRT_SECRET_FD).  It lives in memory only: nothing is left on disk under any
+    exit, SIGKILL included, and it can be handed again to a restarted rank.  The
+    descriptor is close-on-exec: pass it with subprocess's pass_fds."""
+    fd = os.memfd_create("commrt-secret", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.write(fd, secret.hex().encode() + b"\n")
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW
+                    | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+_FROM_FD = {}       # descriptor number -> secret read from it (init() may run twice)
+
+
+def read_secret_descriptor(fd: int) -> bytes:
+    """The secret in inherited descriptor fd (COMMRT_SECRET_FD); closes it, so
+    that neither a forked worker nor an exec'd child inherits it."""
+    if fd in _FROM_FD:
+        return _FROM_FD[fd]
+    try:
+        text = os.pread(fd, 4096, 0).decode("ascii", "replace")
+    except OSError as exc:
+        raise ValueError(f"COMMRT_SECRET_FD={fd}: cannot read the job secret from it ({exc}); "
+                         f"it must be an open descriptor inherited from the launcher") from None
+    secret = parse_secret(text, f"COMMRT_SECRET_FD={fd}")
+    _FROM_FD[fd] = secret
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    return secret
+
+
 def load_secret():
-    """The job secret from COMMRT_SECRET_FILE or COMMRT_SECRET, or None if neither is set."""
+    """The job secret from COMMRT_SECRET_FD, COMMRT_SECRET_FILE or COMMRT_SECRET (in
+    that order), or None if none is set."""
+    fd = config.get("COMMRT_SECRET_FD")
+    if fd is not None:
+        return read_secret_descriptor(fd)
     path = config.get("COMMRT_SECRET_FILE")
     if path:
         return read_secret_file(path)

@@ -105,7 +105,8 @@ def from_environment() -> BootstrapInfo:
 def _from_commrt_launch(env):
     missing = [n for n in ("COMMRT_RANK", "COMMRT_WORLD_SIZE", "COMMRT_STORE_ADDR")
                if _knob(n) is None]
-    if not (_knob("COMMRT_SECRET_FILE") or _knob("COMMRT_SECRET")):
+    if not (_knob("COMMRT_SECRET_FD") is not None or _knob("COMMRT_SECRET_FILE")
+            or _knob("COMMRT_SECRET")):
         missing.append("COMMRT_SECRET_FILE or COMMRT_SECRET")
     if missing:
         raise BootstrapError(f"COMMRT_RANK is set but the environment lacks: {', '.join(missing)}")
