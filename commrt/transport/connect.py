@@ -147,16 +147,14 @@ def _fd_limit_text(rank, size, local_size):
 def _check_fd_limit(rank, size, local_size):
     """Raise the soft RLIMIT_NOFILE toward the hard one if the mesh needs it, or
     fail at once naming the limit (not with EMFILE half-way through the mesh)."""
-    need = fds_needed(size, local_size)
+    want = fds_needed(size, local_size) + len(os.listdir("/proc/self/fd"))   # open ones count
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= need + len(os.listdir("/proc/self/fd")):
+    if soft == resource.RLIM_INFINITY or soft >= want:
         return
-    want = need + len(os.listdir("/proc/self/fd"))
-    if hard == resource.RLIM_INFINITY or hard >= want:
+    cap = max(want, 4096) if hard == resource.RLIM_INFINITY else hard
+    if cap >= want:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (max(want, min(hard, 4096)) if
-                                                        hard != resource.RLIM_INFINITY else
-                                                        max(want, 4096), hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(want, 4096), cap), hard))
             return
         except (ValueError, OSError):
             pass
