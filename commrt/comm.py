@@ -321,13 +321,14 @@ class Communicator:
             ctx ^= 0x80000000
         return Communicator(self._engine, world, ctx, hosts=self._hosts, parent=self)
 
-    def _abort(self, reason, ranks=None, code=FailureCode.MISMATCH, culprit=None):
+    def _abort(self, reason, ranks=None, code=FailureCode.MISMATCH, culprit=None, pair=False):
         """Abort this context here and at `ranks` (default: all): every pending and
         later operation on it fails with errors.error_for(code, reason, culprit).
-        If it was aborted already, the first abort is what every rank hears."""
+        If it was aborted already, the first abort is what every rank hears.
+        pair: the collective context too, in the same message."""
         targets = range(self.size) if ranks is None else ranks
         self._engine.abort(self._ctx, [self._world[r] for r in targets], reason, int(code),
-                           -1 if culprit is None else self._world[culprit])
+                           -1 if culprit is None else self._world[culprit], pair)
 
     def _aborted(self):
         """The error an operation on this context raises once it is aborted, or None."""
@@ -347,12 +348,9 @@ class Communicator:
         it as usual).  Elastic recovery builds a new communicator after it.
         If the communicator was already aborted, the first abort stands."""
         self._check_open()
-        culprit = self.rank
-        # the collective context first: a peer that sees its point-to-point fail
-        # and goes on to a collective must find that aborted too (one channel
-        # delivers in order)
-        self._coll._abort(str(reason), code=FailureCode.ABORTED, culprit=culprit)
-        self._abort(str(reason), code=FailureCode.ABORTED, culprit=culprit)
+        # both contexts in one message: a peer whose receive fails and goes on to
+        # a collective (or the reverse) finds that aborted too
+        self._abort(str(reason), code=FailureCode.ABORTED, culprit=self.rank, pair=True)
 
     # ------------------------------------------------------------ collectives
     # Thin delegations to commrt.collectives (same arguments), imported on first

@@ -757,12 +757,14 @@ cdef class Engine:
         return _errors().error_for(code, reason, shown(culprit), shown(origin), op=q.op)
 
     # ------------------------------------------------------------ control
-    def abort(self, uint32_t ctx, ranks, reason, int code=1, int culprit=-1):
+    def abort(self, uint32_t ctx, ranks, reason, int code=1, int culprit=-1, bint pair=False):
         """Abort context ctx here and at `ranks` (world ranks): every receive posted
         on it fails, and every later operation on it, with the error that
         errors.error_for(code, reason, culprit, origin=this rank) makes.  If ctx
         is already aborted, the first abort's code, culprit and reason are what
-        the ranks are told (so every rank names the first failure)."""
+        the ranks are told (so every rank names the first failure).  pair: ctx ^ 1
+        too, in the same message, so no rank ever sees one aborted and not the
+        other (a communicator's point-to-point and collective contexts)."""
         cdef bytes text = str(reason).encode("utf-8")[:255]
         cdef poison_t *z
         cdef peer_t *p
@@ -772,6 +774,8 @@ cdef class Engine:
             pthread_mutex_lock(&E.lock)
             poison_ctx(E, ctx, ctext, E.rank, code, culprit, E.rank)
             z = find_poison(E, ctx)
+            if pair:
+                poison_ctx(E, ctx ^ 1, z.reason, E.rank, z.code, z.culprit, z.origin)
             pthread_mutex_unlock(&E.lock)
         for rk in ranks:
             if rk == self.rank or not (0 <= rk < self.size):
@@ -779,7 +783,7 @@ cdef class Engine:
             p = &E.peers[<int>rk]
             with nogil:
                 pthread_mutex_lock(&E.lock)
-                send_abort(E, p, z)
+                send_abort(E, p, z, pair)
                 pthread_mutex_unlock(&E.lock)
         self._sweep()
 

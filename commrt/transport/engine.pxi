@@ -507,8 +507,10 @@ cdef void post_recv(eng_t *E, req_t *r) noexcept nogil:
 
 # ---------------------------------------------------------------- failure
 
-cdef void send_abort(eng_t *E, peer_t *p, poison_t *z) noexcept nogil:
-    """Tell p that context z.ctx is aborted (code, culprit, origin, reason)."""
+cdef void send_abort(eng_t *E, peer_t *p, poison_t *z, bint pair) noexcept nogil:
+    """Tell p that context z.ctx is aborted (code, culprit, origin, reason); pair:
+    and its partner context (ctx ^ 1: a communicator's point-to-point and
+    collective contexts), both at once at the receiver."""
     cdef hdr_t h
     cdef size_t n = strlen(z.reason)
     cdef char *payload
@@ -517,6 +519,7 @@ cdef void send_abort(eng_t *E, peer_t *p, poison_t *z) noexcept nogil:
     init_hdr(E, &h, OP_ABORT, z.ctx, z.culprit)
     h.meta = <uint64_t>z.code
     h.addr = <uint64_t>z.origin
+    h.cookie = 1 if pair else 0
     h.nbytes = n
     payload = <char *>malloc(n + 1)
     if payload == NULL:
@@ -533,23 +536,26 @@ cdef void refuse_rts(eng_t *E, peer_t *p, uint32_t ctx) noexcept nogil:
     matched, so tell p (its send then fails, see on_abort)."""
     cdef poison_t *z = find_poison(E, ctx)
     if z != NULL:
-        send_abort(E, p, z)
+        send_abort(E, p, z, False)
 
 
 cdef void on_abort(eng_t *E, peer_t *p, hdr_t *h) noexcept nogil:
-    """p says context h.ctx is aborted: poison it here (the first abort heard
-    wins), and drop what waits on it unmatched."""
+    """p says context h.ctx (and its partner, for a pair) is aborted: poison it
+    here (the first abort heard wins), and drop what waits on it unmatched."""
     cdef umsg_t *u
     cdef umsg_t *un
+    cdef bint pair = (h.cookie & 1) != 0
     poison_ctx(E, h.ctx, p.abort_text, p.rank, <int>h.meta, h.tag, <int>h.addr)
+    if pair:
+        poison_ctx(E, h.ctx ^ 1, p.abort_text, p.rank, <int>h.meta, h.tag, <int>h.addr)
     u = E.unexp_head
     while u != NULL:
         un = u.next
-        if u.h.ctx == h.ctx and not u.partial:
+        if (u.h.ctx == h.ctx or pair and u.h.ctx == (h.ctx ^ 1)) and not u.partial:
             unexp_remove(E, u)
             credit_back(E, &E.peers[u.src], &u.h)   # its sender's credit: never matched now
             if u.h.opcode == OP_RTS:
-                refuse_rts(E, &E.peers[u.src], h.ctx)
+                refuse_rts(E, &E.peers[u.src], u.h.ctx)
             free_umsg(E, u)
         u = un
 

@@ -11,7 +11,8 @@
 #   DATA    (part of) a large message       nbytes bytes      cookie=recv id, addr=offset
 #   FIN     "copied it myself" (CMA)        none              cookie=send id
 #   ABORT   poison a context                reason text       ctx, meta=failure code,
-#                                                             tag=culprit, addr=origin rank
+#                                                             tag=culprit, addr=origin rank,
+#                                                             cookie=1: ctx ^ 1 as well
 #   BYE     orderly close                   none
 #   PAD     skip to the ring's start        (ring only)
 #   CREDIT  return eager credit             none              credit
