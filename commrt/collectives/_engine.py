@@ -570,6 +570,11 @@ class Call:
             except CommError as exc:
                 self._failed(exc, peer)
             if time.monotonic() >= probe_at:
+                # aborted meanwhile (another rank failed) while this request was
+                # already matched, so the abort did not fail it: stop waiting
+                first = self.chan.aborted()
+                if first is not None:
+                    raise first
                 self._probe(peer)
                 probe_at = time.monotonic() + min(self.probe_s, 0.5)
 

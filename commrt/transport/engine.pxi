@@ -514,7 +514,7 @@ cdef void send_abort(eng_t *E, peer_t *p, poison_t *z, bint pair) noexcept nogil
     cdef hdr_t h
     cdef size_t n = strlen(z.reason)
     cdef char *payload
-    if p.lost or p.kind == P_SELF:
+    if p.lost or not p.ops.remote:
         return
     init_hdr(E, &h, OP_ABORT, z.ctx, z.culprit)
     h.meta = <uint64_t>z.code
