@@ -942,14 +942,18 @@ cdef class Engine:
         if sweep:
             self._sweep()
         self._close_fds()
+        # the epoll sets and eventfds too (a woken waiter finds its request done and
+        # only ever polls them once more: a closed descriptor (-1) answers at once)
+        for fd in (E.epfd, E.iofd, E.doorbell, E.kickfd):
+            if fd >= 0:
+                close(fd)
+        E.epfd = E.iofd = E.doorbell = E.kickfd = -1
         if E.cbuf != NULL:
             free(E.cbuf)
             E.cbuf = NULL
 
     cdef void _close_fds(self):
-        """Release every channel (ops.release: its descriptors, segment, buffers);
-        the epoll sets and eventfds stay until the struct is freed (a woken
-        waiter may still poll them)."""
+        """Release every channel (ops.release: its descriptors, segment, buffers)."""
         cdef eng_t *E = self.E
         cdef peer_t *p
         for i in range(E.size):
