@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from harness import LAUNCH, assert_culprit_named, run_job
+from harness import assert_culprit_named, run_job
 
 CUT_WITHIN_S = 15.0     # the liveness bound (10 s) plus a loaded host
 _count = itertools.count()
@@ -102,6 +102,9 @@ def test_a_cut_link_is_named_within_the_liveness_bound(two_hosts, rng, seed, tmp
                                  "--bind", a_ip],
                   when_ready=cut)
     info = job.describe()
+    seen = {r: round(rec["t"] - job.fault["t"], 2) for r, rec in job.records.items()
+            if rec and rec.get("t")}
+    print(f"link cut N={n}, rank {culprit} alone on B: detected after {seen} s")
     assert all(rec["transport"][str(culprit)] == "tcp"
                for r, rec in job.records.items() if rec and r != culprit), info
     assert_culprit_named(job, culprit, classes=("TransportError", "AbortedError"),

@@ -34,6 +34,8 @@ def test_sigkill_is_named_by_every_rank_and_the_launcher(transport, trial, rng, 
     n, culprit, where, at = draw(rng, "kill")
     job = run_job(tmp_path, n, transport, seed=seed, culprit=culprit, fault="kill",
                   where=where, at=at, timeout=60, env={"COMMRT_TIMEOUT": "60"})
+    print(f"SIGKILL {transport} N={n} rank {culprit} ({where} {at}): detected after "
+          f"{job.detection(culprit)} s")
     assert_culprit_named(job, culprit, classes=("PeerLostError",), within=KILL_WITHIN_S)
     assert job.returncode == 128 + signal.SIGKILL, job.describe()
     assert "was killed by SIGKILL" in job.summary[0], job.describe()
@@ -48,6 +50,8 @@ def test_sigstop_is_named_within_the_liveness_bound(transport, rng, seed, tmp_pa
     n, culprit, where, at = draw(rng, "stop")
     job = run_job(tmp_path, n, transport, seed=seed, culprit=culprit, fault="stop",
                   where=where, at=at, timeout=90, env={"COMMRT_TIMEOUT": "60"})
+    print(f"SIGSTOP {transport} N={n} rank {culprit} ({where} {at}): detected after "
+          f"{job.detection(culprit)} s")
     assert_culprit_named(job, culprit, classes=("TransportError", "AbortedError"),
                          within=STOP_WITHIN_S)
     for r, rec in job.survivors(culprit).items():
