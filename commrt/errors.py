@@ -130,7 +130,8 @@ class AbortedError(CommError, RuntimeError):
 
     def __init__(self, reason, code=FailureCode.ABORTED, rank=None, origin=None):
         self.reason, self.code, self.rank, self.origin = reason, FailureCode(code), rank, origin
-        super().__init__(reason)
+        # the culprit in the text too: the launcher names the job's cause from ranks' stderr
+        super().__init__(reason if rank is None else f"{reason} (culprit rank {rank})")
 
 
 class CollectiveMismatchError(AbortedError):

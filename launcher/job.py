@@ -41,7 +41,13 @@ from commrt.rendezvous.store import StoreServer
 
 _PR_SET_PDEATHSIG = 1
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_LOST_PEER = re.compile(r"(PeerLostError|PeerUnresponsiveError): lost peer rank (\d+)")
+# How each failure a rank raises names the rank to blame (commrt/errors.py's texts):
+# group 1 the error's class, group 2 the culprit.
+_BLAMES = (
+    re.compile(r"(PeerLostError|PeerUnresponsiveError): lost peer rank (\d+)"),
+    re.compile(r"(CommTimeoutError): .*timed out.* waiting on rank (\d+)"),
+    re.compile(r"(AbortedError|CollectiveMismatchError): .*\(culprit rank (\d+)\)"),
+)
 _DRAIN_S = 1.0           # after the last rank exits, wait this long for its pipes to close
 _BLAME_WAIT_S = 0.5      # how long a lost peer's own exit may lag behind its victims'
 _LAUNCHER_KNOBS = ("COMMRT_",)  # forwarded to remote ranks from our own environment
@@ -416,15 +422,16 @@ class Job:
         in state T) or reported unresponsive (no heartbeat).  (rank, reporters)."""
         for r in failures:
             for line in self.router.tail(r.rank):
-                m = _LOST_PEER.search(line)
-                if not m or int(m.group(2)) >= len(self.ranks):
+                blame = blamed_rank(line)
+                if not blame or blame[1] >= len(self.ranks):
                     continue
-                peer = self.ranks[int(m.group(2))]
+                peer = self.ranks[blame[1]]
                 if peer is r or peer.returncode is not None or peer.proc.poll() is not None:
                     continue
-                if m.group(1) == "PeerUnresponsiveError" or _proc_state(peer) == "T":
+                if blame[0] == "PeerUnresponsiveError" or _proc_state(peer) == "T":
                     reporters = [q.rank for q in failures if any(
-                        f"lost peer rank {peer.rank}" in t for t in self.router.tail(q.rank))]
+                        (blamed_rank(t) or (None, None))[1] == peer.rank
+                        for t in self.router.tail(q.rank))]
                     return peer, reporters
         return None
 
@@ -465,8 +472,8 @@ class Job:
         blamed = []
         for r in failures:
             for line in self.router.tail(r.rank):
-                m = _LOST_PEER.search(line)
-                peer = self.ranks[int(m.group(2))] if m and int(m.group(2)) < len(self.ranks) else None
+                blame = blamed_rank(line)
+                peer = self.ranks[blame[1]] if blame and blame[1] < len(self.ranks) else None
                 if peer is None or peer.returncode is not None or peer in blamed:
                     continue
                 try:
@@ -481,13 +488,13 @@ class Job:
 
     def _root_cause(self, failures):
         """Of ranks found dead together, the one the others blame: a rank that
-        failed because it lost a peer says so (PeerLostError names the peer)."""
+        failed because of another says so (blamed_rank reads which)."""
         failed = {r.rank: r for r in failures}
         for r in failures:
             for line in reversed(self.router.tail(r.rank)):
-                m = _LOST_PEER.search(line)
-                if m and int(m.group(2)) in failed and int(m.group(2)) != r.rank:
-                    return failed[int(m.group(2))]
+                blame = blamed_rank(line)
+                if blame and blame[1] in failed and blame[1] != r.rank:
+                    return failed[blame[1]]
         return failures[0]
 
     def _drain(self, sel, r):
@@ -589,6 +596,15 @@ def _liveness_timeout(env):
         return float(text) if text else config.get("COMMRT_LIVENESS_TIMEOUT_S")
     except ValueError:
         return config.KNOBS["COMMRT_LIVENESS_TIMEOUT_S"].default
+
+
+def blamed_rank(line):
+    """(error class, culprit rank) that a line of a rank's stderr names, or None."""
+    for pattern in _BLAMES:
+        m = pattern.search(line)
+        if m:
+            return m.group(1), int(m.group(2))
+    return None
 
 
 def _proc_state(r):

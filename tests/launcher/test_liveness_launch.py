@@ -53,3 +53,50 @@ def test_launcher_watches_a_stopped_rank_itself(script):
         in out.stderr, out.stderr
     assert "caught PeerUnresponsiveError" in out.stderr
     assert_no_orphans(script.pid_dir)
+
+
+def test_every_failure_kind_names_its_culprit():
+    """The launcher reads the culprit from each kind of error a rank raises,
+    direct or told by an abort (errors.error_for), never only PeerLostError."""
+    from commrt.errors import FailureCode, PeerUnresponsiveError, error_for
+    from commrt.launcher.job import blamed_rank
+    for code in FailureCode:
+        exc = error_for(code, "what went wrong", rank=3, origin=1, op="all_reduce")
+        line = f"commrt.errors.{type(exc).__name__}: {exc}"
+        assert blamed_rank(line) == (type(exc).__name__, 3), line
+    line = f"PeerUnresponsiveError: {PeerUnresponsiveError(2, 'no heartbeat for 8 s')}"
+    assert blamed_rank(line) == ("PeerUnresponsiveError", 2)
+    assert blamed_rank("RuntimeError: boom on rank 2") is None
+
+
+ABORTS = """
+    import traceback
+    import commrt
+    record_pid()
+    comm = commrt.init()
+    comm.barrier()
+    if RANK == 1:
+        comm.abort("rank 1 found a bad batch")
+        end = time.monotonic() + 30     # its victims end first: the launcher must not
+        while len([n for n in os.listdir(os.path.dirname(PIDS)) if n.startswith("told")]) < SIZE - 1 \
+                and time.monotonic() < end:  # name the first rank it sees end
+            time.sleep(0.005)
+        sys.exit(3)
+    try:
+        comm.recv(bytearray(8), (RANK + 1) % SIZE, 5, timeout=60)   # fails with the abort
+    except Exception:
+        traceback.print_exc()
+        sys.stderr.flush()
+        open(os.path.join(os.path.dirname(PIDS), f"told{RANK}"), "w").close()
+        sys.exit(1)
+    """
+
+
+@pytest.mark.timeout(120)
+def test_abort_names_the_rank_that_aborted_not_the_first_to_exit(script):
+    out = launch(["-n", "3", prog := script(ABORTS)], timeout=100)
+    assert "AbortedError: rank 1 found a bad batch (culprit rank 1)" in out.stderr, out.stderr
+    summary = [line for line in out.stderr.splitlines() if "commrt-launch: rank " in line]
+    assert summary and summary[0].startswith("commrt-launch: rank 1 "), (prog, out.stderr)
+    assert out.returncode == 3, out.stderr
+    assert_no_orphans(script.pid_dir)
