@@ -30,7 +30,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -91,6 +90,9 @@ def discover(spec):
     return found
 
 
+_SECRET_VARS = ("COMMRT_SECRET", "COMMRT_SECRET_FILE", "COMMRT_SECRET_FD")  # ours replace them
+
+
 class Driver:
     def __init__(self, spec):
         self.spec = spec
@@ -106,9 +108,9 @@ class Driver:
         self.store_addr = f"{'127.0.0.1' if wildcard else bind}:{port}"
         self.remote_store = f"{socket.getfqdn() if wildcard else bind}:{port}"
         self.store = Store("127.0.0.1" if wildcard else bind, port, self.secret)
-        self.tmpdir = tempfile.mkdtemp(prefix="commrt-elastic-")
-        self.secret_file = os.path.join(self.tmpdir, "secret")
-        auth.write_secret_file(self.secret_file, self.secret)
+        # a memfd each local worker inherits (COMMRT_SECRET_FD): no file to leave
+        # behind under any exit, and handed again to every restarted or joining worker
+        self.secret_fd = auth.secret_descriptor(self.secret)
         self.workers: Dict[str, Worker] = {}
         self.finished: Dict[str, int] = {}
         self.gen = -1
@@ -167,19 +169,20 @@ class Driver:
                 os._exit(1)
         if local:
             full = dict(os.environ)
-            full.pop("COMMRT_SECRET", None)
-            full.update(env, COMMRT_SECRET_FILE=self.secret_file)
+            for name in _SECRET_VARS:
+                full.pop(name, None)
+            full.update(env, COMMRT_SECRET_FD=str(self.secret_fd))
             full.setdefault("OMP_NUM_THREADS", "1")
             proc = subprocess.Popen(self.spec.command, env=full, start_new_session=True,
-                                    preexec_fn=child_setup)
+                                    preexec_fn=child_setup, pass_fds=(self.secret_fd,))
         else:
             argv = self.spec.ssh_cmd + [host, sys.executable, "-m", "commrt.launcher.remote"]
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, start_new_session=True,
                                     preexec_fn=child_setup)
             forwarded = {k: v for k, v in os.environ.items()
                          if k.startswith(("COMMRT_", "HOROVOD_")) or k == "PYTHONPATH"}
-            forwarded.pop("COMMRT_SECRET", None)
-            forwarded.pop("COMMRT_SECRET_FILE", None)
+            for name in _SECRET_VARS:
+                forwarded.pop(name, None)
             forwarded.update(env)
             spec = {"argv": self.spec.command, "env": forwarded, "cwd": os.getcwd(),
                     "secret": self.secret.hex(), "local_size": 1}
@@ -277,11 +280,9 @@ class Driver:
                 w.proc.wait(5)
         self.store.close()
         self.server.close()
-        try:
-            os.unlink(self.secret_file)
-            os.rmdir(self.tmpdir)
-        except OSError:
-            pass
+        if self.secret_fd is not None:
+            os.close(self.secret_fd)
+            self.secret_fd = None
 
     def _note(self, text):
         sys.stderr.write(f"commrt-launch (elastic): {text}\n")

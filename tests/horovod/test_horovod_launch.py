@@ -72,3 +72,35 @@ def test_elastic_job_grows_when_discovery_reports_a_new_slot(tmp_path):
     assert data["resets"] == [3], data
     for epoch, counts in enumerate(data["counts"]):
         assert counts == [1.0] * len(counts), (epoch, counts)
+
+
+SHOWS_SECRET = """
+import os
+from commrt.rendezvous import auth
+print("secret vars:", sorted(k for k in os.environ if k.startswith("COMMRT_SECRET")))
+print("secret read:", len(auth.load_secret()), "bytes")
+"""
+
+
+def test_elastic_driver_hands_the_secret_through_a_descriptor_and_leaves_no_file(tmp_path):
+    """Workers inherit the secret in a memfd (COMMRT_SECRET_FD) like commrt-launch's
+    ranks: no secret file in TMPDIR, neither during the job nor after it."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho localhost:1\n")
+    script.chmod(0o755)
+    prog = tmp_path / "shows_secret.py"
+    prog.write_text(SHOWS_SECRET + f"print('tmp holds:', os.listdir({str(tmp)!r}))\n")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("COMMRT_")}
+    env.update(TMPDIR=str(tmp), COMMRT_SECRET_FILE=str(tmp_path / "stale"))
+    proc = subprocess.run([sys.executable, "-m", "commrt.launcher", "-np", "1", "--min-np", "1",
+                           "--max-np", "1", "--host-discovery-script", str(script),
+                           sys.executable, str(prog)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "secret vars: ['COMMRT_SECRET_FD']" in out, out
+    assert "secret read: 32 bytes" in out, out
+    assert "tmp holds: []" in out, out
+    assert list(tmp.iterdir()) == [], out
