@@ -56,8 +56,9 @@ from commrt.collectives import _small, registry
 # function of that name whenever the registry first loads it.
 registry.table()
 from commrt.collectives import cost as _cost
-from commrt.collectives._engine import Call, CollRequest, entry, execute, state_of  # noqa: F401
-from commrt.collectives._engine import concurrent as _concurrent
+from commrt.collectives.call import Call  # noqa: F401
+from commrt.collectives.state import CollRequest, entry, execute, state_of  # noqa: F401
+from commrt.collectives.state import concurrent as _concurrent
 from commrt.collectives.all_gather import bruck as _bruck
 from commrt.collectives.broadcast import binomial as _binomial
 from commrt.collectives.gather import linear as _gather_linear
@@ -69,7 +70,7 @@ from commrt.transport.buffers import describe as _describe
 from commrt.transport.buffers import host_array as _host_array
 
 _ndarray = np.ndarray
-_SEQ_MASK = (1 << 40) - 1                   # the fingerprint's sequence field (_engine.pack)
+_SEQ_MASK = (1 << 40) - 1                   # the fingerprint's sequence field (fingerprint.pack)
 
 __all__ = ["barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter",
            "reduce_scatter", "all_to_all", "all_gatherv", "gatherv", "scatterv", "all_to_allv",
@@ -228,7 +229,7 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
     # A tiny all-reduce is ~1 µs: this entry only looks for a Plan (_small.py) and
     # runs it, with _small.state_if_idle and the start of _small.run written out
     # here (each call level costs ~0.1 µs); everything else is in _all_reduce.
-    # The thread rule (_engine.entry) is written out here too: see entry for why
+    # The thread rule (state.entry) is written out here too: see entry for why
     # the check-then-set cannot race under the GIL.
     st = comm.state.get("collectives") or state_of(comm)
     tid = _get_ident()

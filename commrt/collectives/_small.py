@@ -37,8 +37,8 @@ the general path does.
 """
 import numpy as np
 
-from commrt.collectives._engine import (DTYPE_CODE, SEQ_MASK, TAG, Call, algo_code, kind_code,
-                                        pack)
+from commrt.collectives.call import Call
+from commrt.collectives.fingerprint import DTYPE_CODE, SEQ_MASK, TAG, algo_code, kind_code, pack
 
 ALGO = "recursive_doubling"
 MAX_PLANS = 64          # distinct (shape, dtype, op) kept per communicator

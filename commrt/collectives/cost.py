@@ -307,7 +307,8 @@ def params(comm, timeout=None, serving=None):
     """The cost parameters of comm (a collective the first time on a communicator
     family: every rank must call it at the same point, as they do when they all
     call a collective with algorithm=None)."""
-    from commrt.collectives._engine import Call, execute, state_of
+    from commrt.collectives.call import Call
+    from commrt.collectives.state import execute, state_of
 
     c = comm.channel                    # this communicator, then those it came from
     while c is not None:
@@ -415,7 +416,7 @@ def choose(collective, comm, nbytes, timeout=None):
     else the cheapest by the model (memoised per size; the same on every rank).
     timeout: the user call's, which bounds a calibration run inside it."""
     from commrt.collectives import registry
-    from commrt.collectives._engine import state_of
+    from commrt.collectives.state import state_of
 
     forced = config.forced_algorithm(collective)
     if forced:

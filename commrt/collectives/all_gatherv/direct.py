@@ -6,7 +6,7 @@ its place in out and send one's own block to every other rank, all at once
 Cost: α_busy + (N-2)·α + (K - |own block|)·β (K = bytes of out).
 Bytes sent per rank: (N-1)·|own block|.
 """
-from commrt.collectives._engine import offsets
+from commrt.collectives.chunking import offsets
 
 TIE = 0
 

@@ -6,7 +6,7 @@ steps).
 Cost: (N-1)·α + (K - |own block|)·β, the largest block setting each step.
 Bytes sent per rank: K - |block r+1|.
 """
-from commrt.collectives._engine import offsets
+from commrt.collectives.chunking import offsets
 
 TIE = 1
 

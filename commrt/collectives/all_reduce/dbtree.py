@@ -38,7 +38,8 @@ sent per rank: about 2K for the busiest, K on average.
 """
 import math
 
-from commrt.collectives._engine import Call, bounds, seg_elems, segments
+from commrt.collectives.call import Call
+from commrt.collectives.chunking import bounds, seg_elems, segments
 
 TIE = 5
 

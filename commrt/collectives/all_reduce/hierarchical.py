@@ -16,7 +16,7 @@ rank's); bytes inside a host are as for reduce_bcast.
 """
 import math
 
-from commrt.collectives._engine import Call
+from commrt.collectives.call import Call
 from commrt.collectives.all_reduce import ring
 from commrt.collectives.broadcast import binomial as bcast_binomial
 from commrt.collectives.broadcast import pipeline as bcast_pipeline

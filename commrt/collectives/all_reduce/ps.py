@@ -14,7 +14,7 @@ receives and reduces everything, then the others copy the result at once.
 Bytes: the root sends and receives (N-1)·K; every other rank sends and
 receives K.  Simple and the best at N = 2 for mid sizes on some transports.
 """
-from commrt.collectives._engine import seg_elems, segments
+from commrt.collectives.chunking import seg_elems, segments
 
 
 TIE = 6

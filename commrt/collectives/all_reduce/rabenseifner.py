@@ -19,7 +19,7 @@ Bandwidth-optimal like the ring with log2 latency; bytes sent per rank:
 """
 import math
 
-from commrt.collectives._engine import bounds
+from commrt.collectives.chunking import bounds
 from commrt.collectives.registry import Msg
 from commrt.collectives.all_reduce import _fold
 

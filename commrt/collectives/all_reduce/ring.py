@@ -18,7 +18,7 @@ Cost: 2(N-1)·α + 2·(N-1)/N·K·β + (N-1)/N·K·γ  (bandwidth-optimal; laten
 grows with N).  Bytes sent per rank: 2K - |chunk r+1| - |chunk r+2|, i.e.
 2(N-1)/N·K when N divides the count.
 """
-from commrt.collectives._engine import seg_elems, segments
+from commrt.collectives.chunking import seg_elems, segments
 from commrt.collectives.reduce_scatter import ring as ring_rs
 
 

@@ -24,7 +24,7 @@ root sends K per child.
 """
 import math
 
-from commrt.collectives._engine import seg_elems, segments
+from commrt.collectives.chunking import seg_elems, segments
 
 
 TIE = 4

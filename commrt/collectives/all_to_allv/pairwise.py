@@ -7,7 +7,7 @@ Empty blocks are sent too: counts that disagree are a size mismatch.
 Cost: (N-1)·α + max(bytes in, bytes out)·β.  Bytes sent per rank: the sum
 of send_counts less one's own.
 """
-from commrt.collectives._engine import offsets
+from commrt.collectives.chunking import offsets
 
 
 def cost(n, nbytes, p, comm=None):

@@ -6,7 +6,7 @@ as it lands, so all links are busy at once.
 Cost: (N - 2 + C)·(α + K/C·β) ~ K·β for large K.  Bytes: every rank but
 the last in the chain sends K; every rank but the root receives K.
 """
-from commrt.collectives._engine import seg_elems, segments
+from commrt.collectives.chunking import seg_elems, segments
 
 TIE = 1
 

@@ -6,7 +6,7 @@ a count that disagrees is a size mismatch, not a hang).
 Cost at the root: (N-1)·α + (K - |own|)·β.  Bytes: non-roots send their
 block.
 """
-from commrt.collectives._engine import offsets
+from commrt.collectives.chunking import offsets
 
 
 def cost(n, nbytes, p, comm=None):

@@ -20,7 +20,7 @@ in_place (buf holds the result; chunk c = c-th of N near-equal parts)
 """
 import collections
 
-from commrt.collectives._engine import bounds, seg_elems, segments
+from commrt.collectives.chunking import bounds, seg_elems, segments
 
 TIE = 1
 

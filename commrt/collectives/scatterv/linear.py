@@ -5,7 +5,7 @@ copies its own; every other rank receives its block into out.
 Cost at the root: (N-1)·α + (K - |own|)·β.  Bytes: the root sends every
 block but its own.
 """
-from commrt.collectives._engine import offsets
+from commrt.collectives.chunking import offsets
 
 
 def cost(n, nbytes, p, comm=None):

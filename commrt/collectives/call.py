@@ -1,6 +1,7 @@
-"""What every collective shares: the call's fingerprint, checked sends and
-receives, waits with deadlines and mismatch probes, scratch memory, and the
-per-communicator worker that runs ``async_op=True`` collectives in order.
+"""Call: one collective call on one rank, the pair-like interface the algorithms
+speak to (docs/algorithms.md, "The Call interface"): checked sends and
+receives, receive-and-combine, exchanges, waits with deadlines and
+mismatch probes.
 
 Rules the algorithms follow (and this module enforces):
 
@@ -28,7 +29,7 @@ Rules the algorithms follow (and this module enforces):
   so their messages never interleave; collectives of different
   communicators use different contexts and run concurrently.
 * The thread rule: collectives of one communicator are entered by one
-  thread at a time (``entry`` below).  A second thread entering while one is
+  thread at a time (``state.entry``).  A second thread entering while one is
   inside gets ConcurrentCollectiveError at once, naming both threads, before
   it touches any state (no sequence number taken, nothing sent): two
   threads' calls would take sequence numbers in a different order on each
@@ -40,327 +41,20 @@ Rules the algorithms follow (and this module enforces):
   first abort wins everywhere, so every rank names the rank that failed
   first, not one that merely left after seeing it.
 
-The fingerprint travels in the header's two 64-bit words (meta, meta2;
-layout at pack below).
+The fingerprint's codec is fingerprint.py, the per-communicator state and
+the async worker state.py, the chunking helpers chunking.py.
 """
-import collections
-import functools
-import logging
-import queue
-import sys
-import threading
 import time
-from threading import get_ident
 
 import numpy as np
 
-from commrt import config
+from commrt.collectives.fingerprint import (DTYPE_CODE, PROBE_TAG, SEQ_MASK, TAG, algo_code,
+                                            describe_meta, diff, kind_code, pack)
+from commrt.collectives.state import state_of
 from commrt.comm import check_timeout
 from commrt.errors import (AbortedError, CollectiveMismatchError, CommError, CommTimeoutError,
                            ConcurrentCollectiveError, FailureCode, MessageTruncatedError,
                            PeerLostError)
-from commrt.kernels.bfloat16 import BFLOAT16
-
-log = logging.getLogger("commrt")
-
-TAG = 7
-PROBE_TAG = 8
-
-# Internal call kinds beside the registry's collectives (registry.BORROWS says
-# whose algorithm codes they carry).
-INTERNAL_KINDS = ("broadcast_obj", "all_gather_obj", "gather_obj", "split", "new_group",
-                  "calibrate")
-_KINDS = []
-KIND_BITS = 6
-
-
-def kinds():
-    """Every call kind, by wire code: "none", the registry's collectives, the
-    internal kinds (built once; the same on every rank of one installation)."""
-    if not _KINDS:
-        from commrt.collectives import registry
-
-        names = ("none",) + registry.collectives() + INTERNAL_KINDS
-        if len(names) > 1 << KIND_BITS:
-            raise ImportError(f"{len(names)} call kinds do not fit the fingerprint's "
-                              f"{KIND_BITS}-bit kind field")
-        _KINDS.extend(names)
-        KIND_CODE.update({k: i for i, k in enumerate(names)})
-    return _KINDS
-
-
-KIND_CODE = {}
-
-
-def kind_code(kind):
-    return KIND_CODE.get(kind) or kinds().index(kind)
-
-
-def algo_code(kind, algo):
-    from commrt.collectives import registry
-
-    return registry.code(kind, algo)
-
-
-DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
-                                np.uint16, np.uint32, np.uint64, np.float16, np.float32,
-                                np.float64, np.complex64, np.complex128)] + [BFLOAT16]
-DTYPE_CODE = {d: i + 1 for i, d in enumerate(DTYPES)}
-
-OP_NAMES = ("-", "SUM", "PROD", "MIN", "MAX", "AVG", "LAND", "LOR", "BAND", "BOR", "BXOR")
-
-
-# -- fingerprints ------------------------------------------------------------------
-# Two 64-bit header words (wire version 2, docs/transport.md): meta holds the
-# sequence number (40 bits), kind, algorithm (6 bits each), op (4), dtype (6);
-# meta2 the root (24 bits) and the element count (40).  Every field is whole
-# for any real job (10^12 calls, 16 M ranks, 10^12 elements).
-SEQ_MASK = (1 << 40) - 1
-
-
-def pack(seq, kind, algo, count, dtype, op, root):
-    """(meta, meta2) of a call's fingerprint."""
-    return ((seq & SEQ_MASK) | (kind & 0x3F) << 40 | (algo & 0x3F) << 46 | (op & 0xF) << 52
-            | (dtype & 0x3F) << 56,
-            (root & 0xFFFFFF) | (count & ((1 << 40) - 1)) << 24)
-
-
-def unpack(meta, meta2=0):
-    return {"seq": meta & SEQ_MASK, "kind": meta >> 40 & 0x3F, "algo": meta >> 46 & 0x3F,
-            "op": meta >> 52 & 0xF, "dtype": meta >> 56 & 0x3F, "root": meta2 & 0xFFFFFF,
-            "count": meta2 >> 24}
-
-
-def describe_meta(meta, meta2=0):
-    """Text for a packed fingerprint."""
-    f = unpack(meta, meta2)
-    names = kinds()
-    kind = names[f["kind"]] if f["kind"] < len(names) else f"kind{f['kind']}"
-    dt = DTYPES[f["dtype"] - 1].name if 0 < f["dtype"] <= len(DTYPES) else "-"
-    parts = [f"count={f['count']}", f"dtype={dt}"]
-    if f["op"]:
-        parts.append(f"op={OP_NAMES[f['op']] if f['op'] < len(OP_NAMES) else f['op']}")
-    parts.append(f"root={f['root']}")
-    if f["algo"]:
-        from commrt.collectives import registry
-
-        parts.append(f"algo={registry.name_of(kind, f['algo'])}")
-    return f"#{f['seq']} {kind}({', '.join(parts)})"
-
-
-def _diff(mine, theirs):
-    """The fields that differ between two fingerprints, each (meta, meta2)."""
-    a, b = unpack(*mine), unpack(*theirs)
-    return [k for k in ("seq", "kind", "algo", "count", "dtype", "op", "root") if a[k] != b[k]]
-
-
-# -- per-communicator state ------------------------------------------------------------
-class CommState:
-    """Sequence numbers, poison, scratch memory, caches and the async worker of one
-    communicator (kept in ``comm.state['collectives']``)."""
-
-    def __init__(self, comm):
-        self.seq = 0
-        self.inside = 0                          # ident of the thread inside a collective (0: none)
-        self.poisoned = None                     # the reason, once the context was aborted
-        self.history = collections.deque(maxlen=256)   # (seq, meta, meta2) of recent calls
-        self.current = None                      # the Call running now
-        self.cache = {}                          # cost parameters, derived communicators...
-        self._scratch = {}
-        self.lock = threading.Lock()
-        self.pending = 0                         # async calls queued or running
-        self.waiters = 0                         # threads blocked in CollRequest.wait
-        self._queue = None
-        self._worker = None
-        self.probe_req = None                    # posted receive for probes, once needed
-        self.small = {}                          # prepared small all-reduces (_small.py)
-        self.probe_buf = np.zeros(2, np.uint64)           # a probe: (meta, meta2)
-        # knobs, read once per communicator (a collective call must stay cheap)
-        self.timeout = config.get("COMMRT_TIMEOUT")
-        self.probe_s = config.get("COMMRT_COLL_PROBE_S")
-
-    def scratch(self, slot, count, dtype):
-        """A reusable buffer of `count` elements (one per slot; contents undefined)."""
-        dtype = np.dtype(dtype)
-        need = max(1, count * dtype.itemsize)
-        buf = self._scratch.get(slot)
-        if buf is None or buf.nbytes < need:
-            buf = np.empty(need, np.uint8)
-            self._scratch[slot] = buf
-        return buf[: count * dtype.itemsize].view(dtype)
-
-    # async ---------------------------------------------------------------------------
-    def submit(self, call, fn):
-        req = CollRequest(call)
-        with self.lock:
-            self.pending += 1
-            if self._worker is None:
-                _shorten_switch_interval()
-                self._queue = queue.SimpleQueue()
-                self._worker = threading.Thread(target=self._work, daemon=True,
-                                                name="commrt-collectives")
-                self._worker.start()
-        self._queue.put((req, fn))
-        return req
-
-    def stop_worker(self, timeout=5.0):
-        """End the async worker once what is queued has run (a closing communicator:
-        its thread must not outlive it).  A later async call starts a new one."""
-        with self.lock:
-            worker, self._worker = self._worker, None
-            if worker is not None:
-                self._queue.put(None)
-        if worker is not None and worker is not threading.current_thread():
-            worker.join(timeout)
-
-    def _work(self):
-        q = self._queue
-        while True:
-            item = q.get()
-            if item is None:
-                return
-            req, fn = item
-            req.call.worker = True
-            try:
-                req._result = fn()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the waiter's thread
-                req._error = exc
-            finally:
-                with self.lock:
-                    self.pending -= 1
-                    callbacks, req._callbacks = req._callbacks, None
-                req._event.set()
-                for fn in callbacks:
-                    try:
-                        fn(req)
-                    except BaseException:  # noqa: BLE001 - a callback's error is its own
-                        log.exception("commrt: a collective's done-callback raised")
-
-
-def _shorten_switch_interval():
-    """Let the collectives' worker thread have the GIL back soon after each message.
-
-    It runs an async collective's Python steps (post, reduce, forward) while
-    the caller computes.  Python hands the GIL over only every switch interval
-    (5 ms by default) to a thread that asks for it while another runs Python
-    code, so an 8 MiB async all-reduce beside a Python-heavy backward took
-    ~30 ms instead of ~7 ms at 0.5 ms.  Lowered once per process, never raised;
-    with no other thread asking for the GIL a short interval costs nothing."""
-    us = config.get("COMMRT_SWITCH_INTERVAL_US")
-    if us > 0 and sys.getswitchinterval() > us * 1e-6:
-        sys.setswitchinterval(us * 1e-6)
-
-
-def state_of(comm):
-    st = comm.state.get("collectives")
-    if st is None:
-        st = comm.state.setdefault("collectives", CommState(comm))
-    return st
-
-
-# -- the thread rule -----------------------------------------------------------------
-def entry(fn):
-    """The public entry of a collective: one thread at a time per communicator.
-
-    The check costs a thread-ident call and two attribute accesses.  Between
-    reading ``st.inside`` and setting it no Python call runs, so CPython
-    (3.11, 3.12 with the GIL) never switches threads there: two threads
-    cannot both see it free.  The same thread may enter again (a collective
-    that calls another on its own communicator)."""
-    name = fn.__name__
-
-    @functools.wraps(fn)
-    def entered(comm, *args, **kwargs):
-        st = comm.state.get("collectives") or state_of(comm)
-        tid = get_ident()
-        inside = st.inside
-        if inside == tid:
-            return fn(comm, *args, **kwargs)
-        if inside:
-            raise concurrent(comm, st, name, tid, inside)
-        st.inside = tid
-        try:
-            return fn(comm, *args, **kwargs)
-        finally:
-            st.inside = 0
-    return entered
-
-
-def concurrent(comm, st, what, tid, inside):
-    """The error of a thread that entered a collective while another is inside."""
-    def thread(ident):
-        t = threading._active.get(ident)
-        return f"thread {t.name!r} (id {ident})" if t is not None else f"thread id {ident}"
-
-    cur = st.current
-    where = cur.name if cur is not None else "a collective"
-    return ConcurrentCollectiveError(
-        f"{what}: {thread(tid)} entered a collective of {comm!r} while {thread(inside)} is "
-        f"inside {where}; collectives of one communicator are entered by one thread at a time "
-        f"(give each thread its own communicator with split() or new_group(), or issue them "
-        f"from one thread, async_op=True to overlap)")
-
-
-class CollRequest:
-    """The handle of a collective started with ``async_op=True``.
-
-    wait(timeout=None) blocks until it finishes and returns its result (or
-    raises its error here, in the caller's thread); test() says whether it
-    has finished.  Collectives of one communicator complete in call order."""
-
-    def __init__(self, call):
-        self.call = call
-        self._event = threading.Event()
-        self._result = None
-        self._error = None
-        self._callbacks = []                 # None once finished
-
-    def add_done_callback(self, fn):
-        """Call fn(self) once it has finished (result or error), on the thread that
-        finishes it: the communicator's worker, or this one if it already has.
-        fn must not block on collectives of this communicator."""
-        with self.call.state.lock:
-            if self._callbacks is not None:
-                self._callbacks.append(fn)
-                return
-        fn(self)
-
-    @property
-    def error(self):
-        """The error it finished with, or None."""
-        return self._error
-
-    @property
-    def result(self):
-        return self._result
-
-    def test(self):
-        return self._event.is_set()
-
-    @property
-    def done(self):
-        return self._event.is_set()
-
-    def wait(self, timeout=None):
-        if timeout is not None:
-            check_timeout(timeout)
-        st = self.call.state
-        with st.lock:
-            st.waiters += 1                      # the worker may spin now (see Call.spin)
-        try:
-            finished = self._event.wait(timeout)
-        finally:
-            with st.lock:
-                st.waiters -= 1
-        if not finished:
-            raise CommTimeoutError(f"wait for {self.call.name}", timeout=timeout,
-                                   detail="the collective is still running")
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-    def __repr__(self):
-        return f"<CollRequest {self.call.name} {'done' if self.done else 'pending'}>"
 
 
 # -- one call ------------------------------------------------------------------------
@@ -638,11 +332,11 @@ class Call:
                             if e[0] == seq and e[0] != self.seq), None)
         if earlier is None:
             return (f"rank {self.rank} called {mine}; rank {src} called {describe_meta(*fp)} "
-                    f"[{', '.join(_diff(ours, fp))} differ]")
+                    f"[{', '.join(diff(ours, fp))} differ]")
         # a message of an earlier call nobody received in it (every rank only sent,
         # e.g. each passed itself as a broadcast's root): that call was the mismatch
         theirs = earlier[1:]
-        fields = [f for f in _diff(theirs, fp) if f != "seq"] or ["count"]
+        fields = [f for f in diff(theirs, fp) if f != "seq"] or ["count"]
         # (kept short: the abort carries the reason to every rank in 255 bytes)
         return (f"in the earlier call #{earlier[0]} [{', '.join(fields)} differ]: rank "
                 f"{self.rank} called {describe_meta(*theirs)}, rank {src} "
@@ -705,64 +399,5 @@ def check_probes(st, call):
             mine = ours[-1]
             reason = (f"collective mismatch: rank {call.rank} called {describe_meta(*mine)}; "
                       f"rank {status.source} called {describe_meta(*theirs)} "
-                      f"[{', '.join(_diff(mine, theirs)) or 'count'} differ]")
+                      f"[{', '.join(diff(mine, theirs)) or 'count'} differ]")
             call._abort_everywhere(reason)
-
-
-# -- running a collective -------------------------------------------------------------
-def execute(call, fn, async_op):
-    """Run fn() for `call` now, or on the communicator's worker when async_op is set
-    (or when earlier async collectives are still pending, to keep call order)."""
-    st = call.state
-
-    def run():
-        call.start()
-        try:
-            result = fn()
-            call.end()
-            return result
-        except BaseException as exc:
-            err = call.fail_everywhere(exc)
-            if err is exc:
-                raise
-            raise err from exc
-        finally:
-            st.current = None
-
-    if async_op:
-        return st.submit(call, run)
-    if st.pending:
-        return st.submit(call, run).wait()
-    return run()
-
-
-def bounds(n, parts):
-    """Chunk boundaries splitting n elements into `parts` (the first n % parts one longer)."""
-    q, r = divmod(n, parts)
-    return [i * q + min(i, r) for i in range(parts + 1)]
-
-
-def segments(lo, hi, seg):
-    """[lo, hi) in pieces of at most seg elements; an empty range is one empty piece."""
-    if hi <= lo:
-        return [(lo, lo)]
-    return [(s, min(s + seg, hi)) for s in range(lo, hi, seg)]
-
-
-_SEG_BYTES = []
-
-
-def seg_elems(itemsize):
-    """Elements per segment of the pipelined algorithms (COMMRT_RING_SEGMENT_BYTES, read once)."""
-    if not _SEG_BYTES:
-        _SEG_BYTES.append(config.get("COMMRT_RING_SEGMENT_BYTES"))
-    return max(1, _SEG_BYTES[0] // itemsize)
-
-
-def offsets(counts):
-    """Start of each block of a packed buffer holding blocks of `counts` elements,
-    and the total at the end (the variable-size collectives)."""
-    offs = [0] * (len(counts) + 1)
-    for i, c in enumerate(counts):
-        offs[i + 1] = offs[i] + c
-    return offs
