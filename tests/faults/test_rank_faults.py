@@ -16,6 +16,7 @@ from harness import TRANSPORTS, assert_culprit_named, assert_no_leak_in_survivor
 KILL_WITHIN_S = 5.0     # EOF on the dead rank's socket: milliseconds, plus a loaded host
 
 
+@pytest.mark.xfail(strict=False, reason="open defect (issue 15): a survivor sometimes blames a rank that closed after seeing the death (cascade blame), seen shm and TCP in about 1 run in 10")
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("trial", range(2))
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -139,6 +139,7 @@ def test_init_timeout_is_honoured():
     assert cause == "CommTimeoutError" and 2.5 < waited < 10
 
 
+@pytest.mark.xfail(strict=False, reason="open defect (issue 12): rank 0 sometimes does not finish the repeated init/destroy rounds within 120 s in the full suite (hang not yet diagnosed); passes alone")
 @pytest.mark.timeout(300)
 def test_repeated_init_and_destroy_leak_nothing():
     base = "file://" + tempfile.mktemp(prefix="commrt-reinit-")
