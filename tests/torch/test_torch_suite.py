@@ -65,6 +65,7 @@ if GATES != RUN:
         setattr(dist, _f, _swap(getattr(dist, _f)))
 
 FULL = config.get("COMMRT_TORCH_FULL")
+START = config.get("COMMRT_TORCH_SUITE_START")
 
 # The CI subset: one or two tests per operation family (~14 s each here).
 CURATED = {
@@ -82,4 +83,7 @@ CURATED = {
 class TestCommrtSuite(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        if START == "spawn":
+            self._spawn_processes()
+        else:  # fork or forkserver: the ranks inherit (or share) the imported suite
+            self._start_processes(torch.multiprocessing.get_context(START).Process)
