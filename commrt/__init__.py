@@ -12,6 +12,8 @@ from commrt.errors import (  # noqa: F401
 __version__ = "0.1.0"
 
 # Names resolved on first use (PEP 562), so that importing commrt is cheap.
+from commrt import _lazy  # noqa: E402  (imports only the standard library)
+
 _LAZY = {
     "init": "commrt.comm",
     "Communicator": "commrt.comm",
@@ -34,16 +36,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'commrt' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+__getattr__, __dir__ = _lazy.attributes('commrt', _LAZY, globals())

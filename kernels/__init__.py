@@ -7,6 +7,8 @@ whose addresses a caller in C can call between messages (the small
 all-reduce's exchange chain).  Names load lazily so that ``import
 commrt`` never pays for Numba.
 """
+from commrt import _lazy
+
 _LAZY = {
     # reductions
     "reduce_into": "commrt.kernels.reduce",
@@ -22,12 +24,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'commrt.kernels' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = _lazy.attributes('commrt.kernels', _LAZY, globals())

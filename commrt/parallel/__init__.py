@@ -5,6 +5,8 @@ broadcast_optimizer_state, DistributedSampler), asynchronous SGD with a
 parameter server, model parallel (differentiable send/recv), pipeline
 parallel (GPipe, 1F1B, PipeDream) and the timeline.  Names load lazily.
 """
+from commrt import _lazy
+
 _LAZY = {}
 
 
@@ -13,15 +15,7 @@ def _export(module, *names):
         _LAZY[name] = module
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'commrt.parallel' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = _lazy.attributes('commrt.parallel', _LAZY, globals())
 
 
 # Each engineer adds the names of their module here, one line each.
