@@ -28,7 +28,7 @@ from torch.distributed import distributed_c10d as _c10d
 from torch.futures import Future
 
 import commrt.collectives as C
-from commrt.errors import CommError
+from commrt.errors import CommError, CommTimeoutError
 from commrt.torch._tensor import as_numpy, contiguous, in_place_ok
 from commrt.torch._tensor import view as _view
 
@@ -48,7 +48,9 @@ def torch_error(exc):
     if isinstance(exc, (dist.DistBackendError, ValueError, TypeError)) and not isinstance(
             exc, CommError):
         return exc
-    err = dist.DistBackendError(f"commrt: {exc}")
+    # a timeout leads with "Timed out ", as gloo's does (torch's suite matches the words)
+    lead = "commrt: Timed out - " if isinstance(exc, CommTimeoutError) else "commrt: "
+    err = dist.DistBackendError(f"{lead}{exc}")
     err.__cause__ = exc          # also when it reaches torch through a Future
     return err
 
@@ -310,6 +312,7 @@ class ProcessGroupCommrt(ProcessGroup):
         self._coalescing = None
         self._closed = False
         self._name = name
+        self._desc = ""
 
     # -- identity ---------------------------------------------------------------------
     def getBackendName(self):
@@ -322,13 +325,30 @@ class ProcessGroupCommrt(ProcessGroup):
     def supports_splitting(self):
         return False
 
+    # torch keeps a group's name on its backends, and a Python ProcessGroup has none
+    # (torch uses it as its own backend): the name lives here, or destroy_process_group
+    # of a sub-group fails with "ProcessGroup name not set".
+    def _set_group_name(self, name):
+        self._name = name
+
+    @property
+    def group_name(self):
+        return self._name
+
+    def _set_group_desc(self, desc):
+        self._desc = desc
+
+    @property
+    def group_desc(self):
+        return self._desc
+
     def __repr__(self):
         return f"<ProcessGroupCommrt rank {self.comm.rank} of {self.comm.size}>"
 
     # -- running ----------------------------------------------------------------------
     def _op(self, opts_or_op):
         rop = getattr(opts_or_op, "reduceOp", opts_or_op)
-        kind = rop.op if isinstance(rop, ReduceOp) else rop
+        kind = getattr(rop, "op", rop)      # a ReduceOp, or a bare RedOpType (ReduceOp.SUM)
         if kind == _RED.PREMUL_SUM:
             return C.ReduceOp.SUM, rop.factor
         try:
