@@ -35,13 +35,51 @@ or ``registry.module``, never as ``import commrt.collectives.<c>.<a>``.
 
 A schedule's Msg is (op, peer, lo, hi): op "send", "recv" or "combine"
 (receive and combine into the elements [lo, hi) of the collective's
-result buffer), peer a rank; every message of a step is posted together.
+result buffer), peer a rank; every message of a step is posted together.  Messages on a
+derived communicator's own context (dbtree's two trees, hierarchical's
+steps) carry that context's name in ``ctx`` (``on_context``): they match
+only messages of the same context, as on the wire; a plain Msg has ctx None.
+Schedules of algorithms that cut messages into segments take ``itemsize``
+(bytes per element, default 4) as the runtime's ``seg_elems`` does.
 """
 import importlib
 import pkgutil
 from collections import namedtuple
 
 Msg = namedtuple("Msg", "op peer lo hi")
+Msg.ctx = None
+
+
+class _OnContext(Msg):
+    """A Msg on a derived communicator's context (its name in ``ctx``)."""
+
+
+def on_context(ctx, steps):
+    """steps with every message on the context named ctx (its peers unchanged)."""
+    out = []
+    for step in steps:
+        tagged = []
+        for m in step:
+            t = _OnContext(*m)
+            t.ctx = ctx
+            tagged.append(t)
+        out.append(tagged)
+    return out
+
+
+def relabel(steps, ranks):
+    """steps of a sub-communicator with each peer q replaced by ranks[q] (its rank
+    here), context names kept."""
+    out = []
+    for step in steps:
+        moved = []
+        for m in step:
+            t = type(m)(m.op, ranks[m.peer], m.lo, m.hi)
+            if m.ctx is not None:
+                t.ctx = m.ctx
+            moved.append(t)
+        out.append(moved)
+    return out
 
 # the fingerprint's algorithm field (collectives/fingerprint.py)
 CODE_BITS = 6

@@ -55,25 +55,31 @@ def test_choice_ties_go_to_the_registry_order():
     assert cost.cheapest({"b": 1.0, "a": 1.0}) == "b"   # dict order = tie-break order
 
 
-def _pairing(coll, name, n, count, root):
-    """Every rank's schedule: the messages from a to b, in order, must match b's
-    receives from a in number and size (as the transport matches them)."""
+def _pairing(coll, name, n, count, root, **kw):
+    """Every rank's schedule: the messages from a to b on one context, in order,
+    must match b's receives from a there in number and size (as the transport
+    matches them)."""
     mod = registry.module(coll, name)
     sent = collections.defaultdict(list)
     got = collections.defaultdict(list)
     for r in range(n):
-        for step in mod.schedule(n, r, count, root):
+        for step in mod.schedule(n, r, count, root, **kw):
             for m in step:
                 assert 0 <= m.peer < n and m.peer != r and m.lo <= m.hi, (coll, name, r, m)
-                (sent if m.op == "send" else got)[(r, m.peer) if m.op == "send"
-                                                  else (m.peer, r)].append(m.hi - m.lo)
                 assert m.op in ("send", "recv", "combine"), m.op
-    assert dict(sent) == dict(got), (coll, name, n, count, root)
+                if m.op == "send":
+                    sent[(r, m.peer, m.ctx)].append(m.hi - m.lo)
+                else:
+                    got[(m.peer, r, m.ctx)].append(m.hi - m.lo)
+    assert dict(sent) == dict(got), (coll, name, n, count, root, kw)
+
+
+def _variable(coll):
+    return coll.endswith("v")
 
 
 @pytest.mark.parametrize("coll,name", [(c, a) for c in registry.collectives()
-                                       for a in registry.names(c)
-                                       if hasattr(registry.module(c, a), "schedule")])
+                                       for a in registry.names(c) if not _variable(c)])
 def test_schedules_pair_up(coll, name):
     for n in range(1, 10):
         for count in (0, 1, 7, 3 * n + 2, 1000):
@@ -83,3 +89,40 @@ def test_schedules_pair_up(coll, name):
                 else:
                     count_ = count
                 _pairing(coll, name, n, count_, root)
+
+
+def test_segmented_schedules_pair_up_over_many_segments():
+    """Several segments per chunk and per tree (itemsize 1 KiB: 256 elements to a
+    segment of 256 KiB), and hierarchical over uneven hosts."""
+    for coll, name in [("all_reduce", a) for a in ("ring", "tree", "ps", "dbtree",
+                                                   "hierarchical")] + \
+            [("reduce", "ring"), ("broadcast", "pipeline"), ("reduce_scatter", "ring")]:
+        for n in (2, 3, 5, 8):
+            count = 2000 * (n if coll == "reduce_scatter" else 1) + 3
+            _pairing(coll, name, n, count, n - 1, itemsize=1024)
+    for groups in ([[0, 1], [2, 3], [4]], [[0], [1, 2, 3]], [[0, 2], [1, 3, 4, 5]]):
+        n = sum(map(len, groups))
+        for count in (1, 1000, 300_000):
+            _pairing("all_reduce", "hierarchical", n, count, 0, groups=groups, itemsize=4)
+
+
+@pytest.mark.parametrize("coll,name", [(c, a) for c in registry.collectives()
+                                       for a in registry.names(c) if _variable(c)])
+def test_variable_size_schedules_pair_up(coll, name):
+    import random
+
+    rng = random.Random(7)
+    for n in range(1, 8):
+        for _ in range(4):
+            if coll == "all_to_allv":
+                counts = [[rng.choice((0, 1, 5, 300)) for _ in range(n)] for _ in range(n)]
+            else:
+                counts = [rng.choice((0, 1, 5, 300)) for _ in range(n)]
+            for root in sorted({0, n - 1}):
+                _pairing(coll, name, n, counts, root)
+
+
+def test_every_algorithm_has_a_schedule():
+    missing = [(c, a) for c in registry.collectives() for a in registry.names(c)
+               if not callable(getattr(registry.module(c, a), "schedule", None))]
+    assert not missing, missing

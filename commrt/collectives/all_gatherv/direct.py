@@ -7,6 +7,7 @@ Cost: α_busy + (N-2)·α + (K - |own block|)·β (K = bytes of out).
 Bytes sent per rank: (N-1)·|own block|.
 """
 from commrt.collectives.chunking import offsets
+from commrt.collectives.registry import Msg
 
 TIE = 0
 
@@ -15,6 +16,15 @@ def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
     return p.step(n) + (n - 2) * p.alpha + (n - 1) * nbytes / n * p.beta * p.rho(n)
+
+
+def schedule(n, rank, counts, root=0):
+    """counts: every rank's block size; positions in out (the sends read buf,
+    which holds the rank's own block of out)."""
+    offs = offsets(counts)
+    recvs = [Msg("recv", q, offs[q], offs[q + 1]) for q in ((rank - k) % n for k in range(1, n))]
+    sends = [Msg("send", (rank + k) % n, offs[rank], offs[rank + 1]) for k in range(1, n)]
+    return [recvs + sends] if n > 1 else []
 
 
 def run(call, out, buf, counts):

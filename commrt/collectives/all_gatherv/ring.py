@@ -7,6 +7,7 @@ Cost: (N-1)·α + (K - |own block|)·β, the largest block setting each step.
 Bytes sent per rank: K - |block r+1|.
 """
 from commrt.collectives.chunking import offsets
+from commrt.collectives.registry import Msg
 
 TIE = 1
 
@@ -15,6 +16,21 @@ def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
     return (n - 1) * (p.step(n) + nbytes / n * p.beta * p.rho(n))
+
+
+def schedule(n, rank, counts, root=0):
+    """counts: every rank's block size; positions in out.  Step s sends the block
+    received at step s-1 (step 0: one's own) and receives block r-s-1."""
+    if n == 1:
+        return []
+    offs = offsets(counts)
+    right, left = (rank + 1) % n, (rank - 1) % n
+    steps = []
+    for s in range(n - 1):
+        c, d = (rank - s) % n, (rank - s - 1) % n
+        steps.append([Msg("send", right, offs[c], offs[c + 1]),
+                      Msg("recv", left, offs[d], offs[d + 1])])
+    return steps
 
 
 def run(call, out, buf, counts):

@@ -38,8 +38,10 @@ sent per rank: about 2K for the busiest, K on average.
 """
 import math
 
+from commrt.collectives.all_reduce import tree as _tree
 from commrt.collectives.call import Call
 from commrt.collectives.chunking import bounds, seg_elems, segments
+from commrt.collectives.registry import on_context
 
 TIE = 5
 
@@ -157,6 +159,29 @@ class _Tree:
             for c in self.children:
                 self.call.isend(self.buf[lo:hi], c)
             self.forwarded += 1
+
+
+def schedule(n, rank, count, root=0, itemsize=4):
+    """Each tree's pass over its half (all_reduce/tree.pipelined, on the tree's
+    own context, ctx ("dbtree", t)), the trees' blocks taking turns segment by
+    segment as run's do."""
+    if n == 1 or count == 0:
+        return []
+    b = bounds(count, 2)
+    seg = seg_elems(itemsize)
+    per_tree = []
+    for t in (0, 1):
+        if b[t + 1] > b[t]:
+            parent, children = tree(n, rank, t)
+            lag = 2 * _tree.level(parents(n, t), rank)
+            blocks = _tree.pipelined(parent, children, segments(b[t], b[t + 1], seg), lag)
+            per_tree.append([on_context(("dbtree", t), block) for block in blocks])
+    steps = []
+    for i in range(max(len(blocks) for blocks in per_tree)):
+        for blocks in per_tree:
+            if i < len(blocks):
+                steps += blocks[i]
+    return steps
 
 
 def run(call, buf, red):

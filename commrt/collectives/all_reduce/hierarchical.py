@@ -21,6 +21,7 @@ from commrt.collectives.all_reduce import ring
 from commrt.collectives.broadcast import binomial as bcast_binomial
 from commrt.collectives.broadcast import pipeline as bcast_pipeline
 from commrt.collectives.reduce import binomial as reduce_binomial
+from commrt.collectives.registry import on_context, relabel
 
 # Test seam: a function (comm, rank) -> host id, replacing comm.host_of.
 HOST_OF = None
@@ -58,6 +59,34 @@ def cost(n, nbytes, p, comm=None, groups=None):
             + ring.cost(len(groups), nbytes, p.net()))
 
 
+def broadcast_algo(nbytes):
+    """The host broadcast's algorithm for a buffer of nbytes."""
+    return "pipeline" if nbytes >= 1 << 20 else "binomial"
+
+
+def schedule(n, rank, count, root=0, itemsize=4, groups=None):
+    """run's messages with ranks grouped by host as `groups` (host_groups' form;
+    default: one host): the host reduce and broadcast on the host's context
+    (ctx ("host", its leader)), the leaders' ring on theirs (ctx "leaders")."""
+    groups = [list(range(n))] if groups is None else [list(g) for g in groups]
+    mine = next(g for g in groups if rank in g)
+    leaders = [g[0] for g in groups]
+    host, local = ("host", mine[0]), mine.index(rank)
+    steps = []
+    if len(mine) > 1:
+        steps += relabel(on_context(host, reduce_binomial.schedule(len(mine), local, count, 0)),
+                         mine)
+    if rank in leaders and len(leaders) > 1:
+        ring_steps = ring.schedule(len(leaders), leaders.index(rank), count, itemsize=itemsize)
+        steps += relabel(on_context("leaders", ring_steps), leaders)
+    if len(mine) > 1:
+        bcast = (bcast_pipeline.schedule(len(mine), local, count, 0, itemsize)
+                 if broadcast_algo(count * itemsize) == "pipeline"
+                 else bcast_binomial.schedule(len(mine), local, count, 0))
+        steps += relabel(on_context(host, bcast), mine)
+    return steps
+
+
 def communicators(call):
     """(host communicator, leaders' communicator or None), derived once per communicator."""
     comm = call.comm
@@ -88,7 +117,7 @@ def run(call, buf, red):
         ring.run(sub, buf, red)
         sub.end()
     if local.size > 1:
-        algo = "pipeline" if buf.nbytes >= 1 << 20 else "binomial"
+        algo = broadcast_algo(buf.nbytes)
         sub = Call(local, "broadcast", algo=algo, label=f"{call.name} (its host broadcast)", **kw)
         sub.start()
         (bcast_pipeline if algo == "pipeline" else bcast_binomial).run(sub, buf, 0)

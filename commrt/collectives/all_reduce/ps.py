@@ -15,6 +15,7 @@ Bytes: the root sends and receives (N-1)·K; every other rank sends and
 receives K.  Simple and the best at N = 2 for mid sizes on some transports.
 """
 from commrt.collectives.chunking import seg_elems, segments
+from commrt.collectives.registry import Msg
 
 
 TIE = 6
@@ -28,6 +29,26 @@ def cost(n, nbytes, p, comm=None):
     g = p.g(min(nbytes, p.segment) * (n - 1))  # one pass over the N-1 copies of a segment
     crit = (n - 1) * nbytes * (p.beta + g) + nbytes * p.beta
     return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
+
+
+def schedule(n, rank, count, root=0, itemsize=4):
+    """Every other rank sends each segment to rank 0 and receives the results, all
+    posted at once; rank 0 combines segment i from every rank while it sends
+    segment i-1's result to every rank."""
+    if n == 1:
+        return []
+    pieces = segments(0, count, seg_elems(itemsize))
+    if rank != 0:
+        return [[Msg("send", 0, lo, hi) for lo, hi in pieces]
+                + [Msg("recv", 0, lo, hi) for lo, hi in pieces]]
+    steps, prev = [], None
+    for piece in pieces + [None]:
+        step = [] if prev is None else [Msg("send", q, *prev) for q in range(1, n)]
+        if piece is not None:
+            step += [Msg("combine", q, *piece) for q in range(1, n)]
+        steps.append(step)
+        prev = piece
+    return steps
 
 
 def run(call, buf, red):

@@ -18,8 +18,9 @@ Cost: 2(N-1)·α + 2·(N-1)/N·K·β + (N-1)/N·K·γ  (bandwidth-optimal; laten
 grows with N).  Bytes sent per rank: 2K - |chunk r+1| - |chunk r+2|, i.e.
 2(N-1)/N·K when N divides the count.
 """
-from commrt.collectives.chunking import seg_elems, segments
+from commrt.collectives.chunking import bounds, seg_elems, segments
 from commrt.collectives.reduce_scatter import ring as ring_rs
+from commrt.collectives.registry import Msg
 
 
 TIE = 2
@@ -36,6 +37,30 @@ def cost(n, nbytes, p, comm=None):
     lat = 2 * (n - 1) * p.nseg(chunk) * p.step(n)
     crit = (n - 1) * chunk * (2 * p.beta + p.g(min(chunk, p.segment)))
     return p.time(n, lat, crit, n * crit)
+
+
+def schedule(n, rank, count, root=0, itemsize=4):
+    """The in-place ring reduce-scatter's steps, then the all-gather's: the first
+    sends chunk r+1's segments and receives the first incoming one, each later
+    step forwards the segment just received (but the last chunk's) and receives
+    the next (positions in buf)."""
+    if n == 1:
+        return []
+    r = rank
+    right, left = (r + 1) % n, (r - 1) % n
+    steps = ring_rs.in_place_schedule(n, r, count, itemsize)
+    b = bounds(count, n)
+    seg = seg_elems(itemsize)
+    own = (r + 1) % n
+    steps.append([Msg("send", right, lo, hi) for lo, hi in segments(b[own], b[own + 1], seg)])
+    for s in range(n - 1):
+        c = (r - s) % n
+        for lo, hi in segments(b[c], b[c + 1], seg):
+            steps[-1].append(Msg("recv", left, lo, hi))
+            steps.append([Msg("send", right, lo, hi)] if s < n - 2 else [])
+    if not steps[-1]:
+        steps.pop()
+    return steps
 
 
 def run(call, buf, red):

@@ -25,6 +25,7 @@ root sends K per child.
 import math
 
 from commrt.collectives.chunking import seg_elems, segments
+from commrt.collectives.registry import Msg
 
 
 TIE = 4
@@ -44,6 +45,63 @@ def cost(n, nbytes, p, comm=None):
     lat = 2 * depth * p.step(n) + (c - 1) * (kids + 1) * p.alpha
     crit = 2 * depth * seg * (p.beta + g) + (c - 1) * per_seg
     return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
+
+
+def pipelined(parent, children, pieces, lag):
+    """One tree's messages at a rank, one block of steps per segment (dbtree
+    interleaves two trees' blocks): combine segment i from the children (and
+    send on the result segment received in the block before), then send it up
+    and receive result segment i - lag from the parent.  The runtime forwards a
+    result segment whenever it has landed (it tests between segments); in the
+    schedule it is received `lag` segments behind the one sent up (lag: twice
+    the rank's depth, the segments in flight up to the root and back)."""
+    blocks, fwd = [], None
+    down = list(pieces) if parent is not None else []
+    nxt = 0                           # the next result segment to receive
+    for i, (lo, hi) in enumerate(pieces):
+        first = [Msg("send", c, *fwd) for c in children] if fwd else []
+        fwd = None
+        first += [Msg("combine", c, lo, hi) for c in children]
+        if parent is None:            # the root: the result goes down next block
+            blocks.append([first])
+            fwd = (lo, hi)
+            continue
+        second = [Msg("send", parent, lo, hi)]
+        if i - lag >= nxt:
+            second.append(Msg("recv", parent, *down[nxt]))
+            fwd = down[nxt]
+            nxt += 1
+        blocks.append([first, second] if first else [second])
+    tail = []
+    while nxt < len(down) or fwd:
+        step = [Msg("send", c, *fwd) for c in children] if fwd else []
+        fwd = None
+        if nxt < len(down):
+            step.append(Msg("recv", parent, *down[nxt]))
+            fwd = down[nxt]
+            nxt += 1
+        if step:
+            tail.append(step)
+    return blocks + ([tail] if tail else [])
+
+
+def level(parents, r):
+    """Depth of rank r below the root of a tree given by each rank's parent."""
+    d = 0
+    while parents[r] is not None:
+        r, d = parents[r], d + 1
+    return d
+
+
+def schedule(n, rank, count, root=0, itemsize=4):
+    """run's messages (see pipelined)."""
+    if n == 1:
+        return []
+    parent = (rank - 1) // 2 if rank else None
+    children = [c for c in (2 * rank + 1, 2 * rank + 2) if c < n]
+    depth = (rank + 1).bit_length() - 1
+    blocks = pipelined(parent, children, segments(0, count, seg_elems(itemsize)), 2 * depth)
+    return [step for block in blocks for step in block]
 
 
 def run(call, buf, red):

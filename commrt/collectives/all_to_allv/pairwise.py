@@ -8,10 +8,23 @@ Cost: (N-1)·α + max(bytes in, bytes out)·β.  Bytes sent per rank: the sum
 of send_counts less one's own.
 """
 from commrt.collectives.chunking import offsets
+from commrt.collectives.registry import Msg
 
 
 def cost(n, nbytes, p, comm=None):
     return 0.0 if n == 1 else (n - 1) * p.alpha + nbytes * p.beta
+
+
+def schedule(n, rank, counts, root=0):
+    """counts[q][p]: elements rank q sends to rank p.  Receives give their place
+    in out, sends their place in buf."""
+    if n == 1:
+        return []
+    so = offsets(counts[rank])
+    ro = offsets([counts[q][rank] for q in range(n)])
+    recvs = [Msg("recv", q, ro[q], ro[q + 1]) for q in range(n) if q != rank]
+    sends = [Msg("send", q, so[q], so[q + 1]) for q in ((rank + k) % n for k in range(1, n))]
+    return [recvs + sends]
 
 
 def run(call, out, buf, send_counts, recv_counts):

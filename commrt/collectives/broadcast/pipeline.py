@@ -7,6 +7,7 @@ Cost: (N - 2 + C)·(α + K/C·β) ~ K·β for large K.  Bytes: every rank but
 the last in the chain sends K; every rank but the root receives K.
 """
 from commrt.collectives.chunking import seg_elems, segments
+from commrt.collectives.registry import Msg
 
 TIE = 1
 
@@ -16,6 +17,25 @@ def cost(n, nbytes, p, comm=None):
         return 0.0
     c = p.nseg(nbytes)
     return (n - 2 + c) * (p.alpha + nbytes / c * p.beta) * p.rho(n)
+
+
+def schedule(n, rank, count, root=0, itemsize=4):
+    """The root sends every segment at once; every other rank receives segment k
+    and, but the last in the chain, forwards it in the next step."""
+    if n == 1:
+        return []
+    v = (rank - root) % n
+    prev, nxt = (rank - 1) % n, (rank + 1) % n
+    pieces = segments(0, count, seg_elems(itemsize))
+    if v == 0:
+        return [[Msg("send", nxt, lo, hi) for lo, hi in pieces]]
+    steps = [[]]
+    for lo, hi in pieces:
+        steps[-1].append(Msg("recv", prev, lo, hi))
+        steps.append([Msg("send", nxt, lo, hi)] if v < n - 1 else [])
+    if not steps[-1]:
+        steps.pop()
+    return steps
 
 
 def run(call, buf, root):

@@ -7,10 +7,22 @@ Cost at the root: (N-1)·α + (K - |own|)·β.  Bytes: non-roots send their
 block.
 """
 from commrt.collectives.chunking import offsets
+from commrt.collectives.registry import Msg
 
 
 def cost(n, nbytes, p, comm=None):
     return 0.0 if n == 1 else (n - 1) * p.alpha + nbytes * p.beta
+
+
+def schedule(n, rank, counts, root=0):
+    """counts: every rank's block size.  The root receives each block into its
+    place in out; the others send their buf, [0, counts[rank])."""
+    if n == 1:
+        return []
+    if rank != root:
+        return [[Msg("send", root, 0, counts[rank])]]
+    offs = offsets(counts)
+    return [[Msg("recv", q, offs[q], offs[q + 1]) for q in range(n) if q != root]]
 
 
 def run(call, buf, out, counts, root):

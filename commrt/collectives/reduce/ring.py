@@ -7,7 +7,9 @@ Cost: (N-1)·α + (N-1)/N·K·β + (N-1)/N·K·γ  +  α + K/N·β (gather; the 
 receives N-1 chunks).  Bytes: each non-root sends (N-1)/N·K + K/N (less its
 own chunk sizes when N does not divide the count).
 """
+from commrt.collectives.chunking import bounds
 from commrt.collectives.reduce_scatter import ring as ring_rs
+from commrt.collectives.registry import Msg
 
 TIE = 1
 
@@ -18,6 +20,20 @@ def cost(n, nbytes, p, comm=None):
     chunk = nbytes / n
     step = p.nseg(chunk) * p.alpha + chunk * p.beta
     return p.rho(n) * ((n - 1) * (step + chunk * p.gamma)) + (n - 1) * chunk * p.beta + p.alpha
+
+
+def schedule(n, rank, count, root=0, itemsize=4):
+    """The in-place ring reduce-scatter's steps (on the scratch copy at non-roots),
+    then chunk r+1 to the root, which receives every other rank's chunk."""
+    if n == 1:
+        return []
+    steps = ring_rs.in_place_schedule(n, rank, count, itemsize)
+    b = bounds(count, n)
+    if rank != root:
+        own = (rank + 1) % n
+        return steps + [[Msg("send", root, b[own], b[own + 1])]]
+    return steps + [[Msg("recv", q, b[(q + 1) % n], b[(q + 1) % n + 1])
+                     for q in range(n) if q != root]]
 
 
 def run(call, buf, root, red):

@@ -21,6 +21,7 @@ in_place (buf holds the result; chunk c = c-th of N near-equal parts)
 import collections
 
 from commrt.collectives.chunking import bounds, seg_elems, segments
+from commrt.collectives.registry import Msg
 
 TIE = 1
 
@@ -36,6 +37,50 @@ def cost(n, nbytes, p, comm=None):
         return 0.0
     block = nbytes / n
     return (n - 1) * (p.nseg(block) * p.alpha + block * (p.beta + p.gamma)) * p.rho(n)
+
+
+def schedule(n, rank, count, root=0, itemsize=4):
+    """run's messages.  count: elements of buf (N blocks of m = count // N).
+    Sends give the partial block's place in buf (step 0 reads buf, later steps
+    the scratch it was combined in); receives give the block's place in buf,
+    but the last step's, which lands in out: its place there, [0, m).  Every
+    receive is combined with one's own copy of the block, hence "combine"."""
+    if n == 1:
+        return []
+    r, m = rank, count // n
+    right, left = (r + 1) % n, (r - 1) % n
+    pieces = segments(0, m, seg_elems(itemsize))
+    c0 = (r - 1) % n
+    steps = [[Msg("send", right, c0 * m + lo, c0 * m + hi) for lo, hi in pieces]]
+    for s in range(n - 1):
+        c = (r - s - 2) % n
+        base = 0 if s == n - 2 else c * m
+        for lo, hi in pieces:
+            # the segment of step s-1 goes on once reduced (wait_sends between steps
+            # only frees a scratch slot: no message of its own)
+            steps[-1].append(Msg("combine", left, base + lo, base + hi))
+            if s < n - 2:
+                steps.append([Msg("send", right, c * m + lo, c * m + hi)])
+    return steps
+
+
+def in_place_schedule(n, rank, count, itemsize=4):
+    """in_place's messages (chunk c of N near-equal parts of the buffer): the first
+    step sends chunk r and combines the first incoming segment; each later one
+    sends on the segment just combined (but the last step's) and combines the next."""
+    r = rank
+    right, left = (r + 1) % n, (r - 1) % n
+    b = bounds(count, n)
+    seg = seg_elems(itemsize)
+    steps = [[Msg("send", right, lo, hi) for lo, hi in segments(b[r], b[r + 1], seg)]]
+    for s in range(n - 1):
+        c = (r - s - 1) % n
+        for lo, hi in segments(b[c], b[c + 1], seg):
+            steps[-1].append(Msg("combine", left, lo, hi))
+            steps.append([Msg("send", right, lo, hi)] if s < n - 2 else [])
+    if not steps[-1]:
+        steps.pop()
+    return steps
 
 
 def run(call, out, buf, red):

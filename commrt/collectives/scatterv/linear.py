@@ -6,10 +6,22 @@ Cost at the root: (N-1)·α + (K - |own|)·β.  Bytes: the root sends every
 block but its own.
 """
 from commrt.collectives.chunking import offsets
+from commrt.collectives.registry import Msg
 
 
 def cost(n, nbytes, p, comm=None):
     return 0.0 if n == 1 else (n - 1) * p.alpha + nbytes * p.beta
+
+
+def schedule(n, rank, counts, root=0):
+    """counts: every rank's block size.  The root sends block q of buf from its
+    place there; the others receive theirs into out, [0, counts[rank])."""
+    if n == 1:
+        return []
+    if rank != root:
+        return [[Msg("recv", root, 0, counts[rank])]]
+    offs = offsets(counts)
+    return [[Msg("send", q, offs[q], offs[q + 1]) for q in ((root + k) % n for k in range(1, n))]]
 
 
 def run(call, out, buf, counts, root):
