@@ -69,7 +69,8 @@ def run(args):
     pick = min(pred, key=pred.get)
     algo = pick if args.algo == "auto" else args.algo
     count = max(1, nbytes // 4)
-    t = simulate(topo, schedules.steps_of(algo, topo.ranks, count), itemsize=4)
+    t = simulate(topo, schedules.steps_of(algo, topo.ranks, count,
+                                          ranks_per_node=topo.ranks_per_node), itemsize=4)
     n = topo.ranks
     return {"collective": "all_reduce", "algo": algo, "auto_picks": pick, "ranks": n,
             "ranks_per_node": topo.ranks_per_node, "bytes": nbytes, "time_s": t,

@@ -5,7 +5,9 @@ of messages ``(op, peer, lo, hi)`` (op "send", "recv" or "combine": receive
 and combine into elements [lo, hi)), every message of a step posted
 together, a rank's next step starting once every receive of this one has
 completed (collectives/registry.py's Msg).  Between one pair of ranks the
-k-th send matches the k-th receive, as on the wire.
+k-th send of a context matches the k-th receive of that context, as on the
+wire (a message's context is its ``ctx``: None, or the derived
+communicator's of dbtree's trees and hierarchical's steps).
 
 The model (``Topology``): nodes x ranks per node, ranks placed in blocks
 (ranks 0..R-1 on node 0, ...), two link classes with their α and β
@@ -45,6 +47,17 @@ rank 0's own arithmetic (below, the same as the full run's) gives every
 rank's.  Power-of-two Rabenseifner and recursive doubling with a count
 divisible by the ranks pass; a binomial tree, uneven blocks, or ranks
 sharing a NIC do not, and run in full.
+
+Rotation (``steps_of.rotation``, the ring's): a schedule whose rank r is
+rank 0's turned by r (every peer p becomes p + r mod N, sizes and ops
+unchanged, where the blocks are equal: the count divisible by N).  Checking
+(1) and (2) above then needs rank 0's steps only: (1) holds by the rotation,
+and (2) holds when each receive of rank 0's step k from p has a send of the
+same size to -p mod N in that step and each send to q a receive from -q
+(the peer's step k is rank 0's turned by p).  The rotation itself is the
+schedule's claim, which tests/sim test for every rank at small N and the run
+re-checks against a sample of ranks (the first, the last, the middle, eight
+more); the ring at 16,384 ranks has 5·10⁸ messages, too many to list.
 """
 import heapq
 from collections import defaultdict, deque
@@ -85,14 +98,23 @@ def simulate(topo, steps_of, itemsize=4, shortcut=True):
     return run(topo, steps_of, itemsize, shortcut)[0]
 
 
+ROTATION_SAMPLE = 8
+
+
 def run(topo, steps_of, itemsize=4, shortcut=True):
     """(seconds, True where the exact symmetry shortcut ran rank 0 alone)."""
     n = topo.ranks
+    if shortcut and getattr(steps_of, "rotation", False) and _free(topo) and n > 1:
+        first = steps_of(0)
+        if _rotates(n, first, steps_of) and _matched_by_rotation(n, first, topo.nodes > 1):
+            return _rank0(topo, first, itemsize), True
     steps, total = [], 0
     for r in range(n):
         steps.append(steps_of(r))
         total += sum(len(m) for m in steps[-1])
-        if total > MAX_MESSAGES:
+        # every rank sends what it receives on average: rank 0's share times N is a
+        # fair estimate, so a run far past the bound stops before listing it all
+        if total > MAX_MESSAGES or (r == 0 and total * n > 4 * MAX_MESSAGES):
             raise ScheduleError(f"more than {MAX_MESSAGES} messages (the simulator's bound): "
                                 "fewer ranks, or an algorithm with fewer steps")
     for r, s in enumerate(steps):
@@ -109,12 +131,43 @@ def _shape(msgs):
     return [(m[0], m[3] - m[2]) for m in msgs]
 
 
+def _free(topo):
+    """No resource whose queue order could tell ranks apart (module docstring)."""
+    return not (topo.bisection or topo.cores or (topo.nodes > 1 and topo.ranks_per_node > 1))
+
+
+def _rotates(n, first, steps_of):
+    """Whether sampled ranks' steps are rank 0's turned by their rank."""
+    import random
+
+    sample = {1, n - 1, n // 2} | set(random.Random(n).sample(range(1, n), min(n - 1,
+                                                                            ROTATION_SAMPLE)))
+    for r in sorted(sample):
+        mine = steps_of(r)
+        if len(mine) != len(first):
+            return False
+        for a, b in zip(mine, first):
+            if [(m[0], m[1], m[3] - m[2]) for m in a] != \
+                    [(m[0], (m[1] + r) % n, m[3] - m[2]) for m in b]:
+                return False
+    return True
+
+
+def _matched_by_rotation(n, first, one_each):
+    for msgs in first:
+        sends = [(m[1], m[3] - m[2]) for m in msgs if m[0] == "send"]
+        recvs = [(m[1], m[3] - m[2]) for m in msgs if m[0] != "send"]
+        if one_each and (len(sends) > 1 or len(recvs) > 1):
+            return False
+        if sorted(((-p) % n, k) for p, k in recvs) != sorted(sends):
+            return False
+    return True
+
+
 def uniform(topo, steps):
     """Whether every rank's timeline is provably rank 0's (module docstring)."""
     n = topo.ranks
-    if topo.bisection or topo.cores:
-        return False
-    if topo.nodes > 1 and topo.ranks_per_node > 1:
+    if not _free(topo):
         return False
     ref = [_shape(msgs) for msgs in steps[0]]
     if any(len(s) != len(ref) for s in steps):
@@ -171,8 +224,8 @@ def _full(topo, steps, itemsize):
     egress = [0.0] * topo.nodes
     ingress = [0.0] * topo.nodes
     fabric = [0.0]
-    sent = defaultdict(deque)      # (src, dst) -> ((arrival, sent at, same node), bytes)
-    waiting = defaultdict(deque)   # (src, dst) -> (post time, nbytes, combine) not yet sent
+    sent = defaultdict(deque)      # (src, dst, ctx) -> ((arrival, sent at, same node), bytes)
+    waiting = defaultdict(deque)   # (src, dst, ctx) -> (post time, nbytes, combine) not sent
     left = [0] * n                 # receives of the current step still to complete
     done_at = [0.0] * n            # when the current step's receives have completed
     index = [0] * n
@@ -233,11 +286,12 @@ def _full(topo, steps, itemsize):
         recvs = [m for m in msgs if m[0] != "send"]
         left[r] = len(recvs)
         done_at[r] = t
-        for op, peer, lo, hi in msgs:
+        for m in msgs:
+            op, peer, lo, hi = m[:4]
             nbytes = (hi - lo) * itemsize
             if op == "send":
                 msg = (depart(r, peer, nbytes, t), t, topo.node(r) == topo.node(peer))
-                q = waiting[(r, peer)]
+                q = waiting[(r, peer, getattr(m, "ctx", None))]
                 if q:
                     post, size, combine = q.popleft()
                     if size != nbytes:
@@ -245,17 +299,18 @@ def _full(topo, steps, itemsize):
                                             "expected")
                     complete(peer, post, msg, nbytes, combine, t)
                 else:
-                    sent[(r, peer)].append((msg, nbytes))
-        for op, peer, lo, hi in recvs:
+                    sent[(r, peer, getattr(m, "ctx", None))].append((msg, nbytes))
+        for m in recvs:
+            op, peer, lo, hi = m[:4]
             nbytes = (hi - lo) * itemsize
-            q = sent[(peer, r)]
+            q = sent[(peer, r, getattr(m, "ctx", None))]
             if q:
                 msg, size = q.popleft()
                 if size != nbytes:
                     raise ScheduleError(f"{peer} -> {r}: {size} bytes sent, {nbytes} expected")
                 complete(r, t, msg, nbytes, op == "combine", t)
             else:
-                waiting[(peer, r)].append((t, nbytes, op == "combine"))
+                waiting[(peer, r, getattr(m, "ctx", None))].append((t, nbytes, op == "combine"))
         if not recvs:
             heapq.heappush(events, (t, r))
     stuck = [r for r in range(n) if index[r] < len(steps[r]) or left[r]]

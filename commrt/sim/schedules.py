@@ -63,15 +63,33 @@ def _memo_bounds(mod, fn):
     return run
 
 
-def steps_of(algo, n, count):
-    """A function rank -> that rank's steps for an n-rank all-reduce of count elements."""
+def _keywords(sched, itemsize, per_node, n):
+    """The keyword arguments this schedule takes: itemsize (segmenting ones) and
+    groups (hierarchical: the nodes' blocks of ranks, as the engine places them)."""
+    params = inspect.signature(sched).parameters
+    kw = {}
+    if "itemsize" in params:
+        kw["itemsize"] = itemsize
+    if "groups" in params:
+        kw["groups"] = [list(range(h, min(h + per_node, n))) for h in range(0, n, per_node)]
+    return kw
+
+
+def steps_of(algo, n, count, itemsize=4, ranks_per_node=1):
+    """A function rank -> that rank's steps for an n-rank all-reduce of count elements
+    (ranks_per_node: the placement, for schedules that follow hosts).  Its
+    ``rotation`` is True where the module declares its schedule turns with the
+    rank (ROTATES) and the count splits evenly, so the engine may check rank 0."""
     mod = _module(algo)
     sched = getattr(mod, "schedule", None)
     if sched is None:
         raise ScheduleError(f"all-reduce {algo!r} has no schedule yet: it cannot be simulated")
     first = next(iter(inspect.signature(sched).parameters))
     if first != "p2":
-        return _memo_bounds(mod, lambda r: [list(step) for step in sched(n, r, count)])
+        kw = _keywords(sched, itemsize, ranks_per_node, n)
+        fn = _memo_bounds(mod, lambda r: [list(step) for step in sched(n, r, count, **kw)])
+        fn.rotation = bool(getattr(mod, "ROTATES", False)) and n > 0 and count % n == 0
+        return fn
     if n & (n - 1):
         raise ScheduleError(f"{algo}'s schedule covers its power-of-two core only; {n} ranks "
                             "is not a power of two")

@@ -69,7 +69,13 @@ def sweep(ranks, sizes, algos, per_node, links, log=None):
             pred = predict(topo, k)
             for algo in ok:
                 t0 = time.perf_counter()
-                t, short = run(topo, schedules.steps_of(algo, n, max(1, k // 4)), itemsize=4)
+                try:
+                    t, short = run(topo, schedules.steps_of(algo, n, max(1, k // 4),
+                                                            ranks_per_node=per_node),
+                                   itemsize=4)
+                except ScheduleError as exc:   # past the simulator's bound, say
+                    skipped.setdefault(algo, f"from N={n}, {fmt_size(k)}: {exc}")
+                    continue
                 rows.append({"algo": algo, "ranks": n, "bytes": k, "time_s": t,
                              "busbw_GBps": busbw(n, k, t), "shortcut": short,
                              "model_s": pred.get(algo), "model_pick": min(pred, key=pred.get),
@@ -91,14 +97,27 @@ def model_crossover(n, per_node, links, sizes, a="ring", b="dbtree"):
     return nccl.first_of_last_run(sizes, wins)
 
 
+# the simulated crossover looks up to this size (beyond, a 1 GiB tree pass is
+# thousands of segments per rank: minutes per world size)
+SIM_CROSS_MAX = 64 << 20
+
+
 def sim_crossover(n, per_node, links, sizes, a="ring", b="dbtree"):
-    """The same from the simulator, where both algorithms have schedules (else None)."""
+    """The same from the simulator over sizes up to SIM_CROSS_MAX, where both
+    algorithms have schedules and fit the simulator's bound (else None)."""
+    sizes = [k for k in sizes if k <= SIM_CROSS_MAX]
     ok, _ = simulable([a, b], n)
     if len(ok) < 2:
         return None
     topo = topology(n, per_node, links)
-    wins = [run(topo, schedules.steps_of(a, n, max(1, k // 4)))[0]
-            < run(topo, schedules.steps_of(b, n, max(1, k // 4)))[0] for k in sizes]
+    wins = []
+    try:
+        for k in sizes:
+            ta = run(topo, schedules.steps_of(a, n, max(1, k // 4), ranks_per_node=per_node))[0]
+            tb = run(topo, schedules.steps_of(b, n, max(1, k // 4), ranks_per_node=per_node))[0]
+            wins.append(ta < tb)
+    except ScheduleError:   # past the simulator's bound: not simulated at this N
+        return None
     return nccl.first_of_last_run(sizes, wins)
 
 
@@ -139,11 +158,12 @@ def _size(k, sizes):
 
 def crossover_table(rows, sizes=CROSS_SIZES):
     body = [[str(r["ranks"]), str(r["nodes"]), _size(r["commrt_model"], sizes),
-             "no schedules" if r["commrt_sim"] is None else _size(r["commrt_sim"], sizes),
+             "not simulated" if r["commrt_sim"] is None else _size(r["commrt_sim"], sizes),
              _size(r["nccl"], sizes), _size(r["nccl_simple"], sizes),
              ", ".join(f"{a} from {fmt_size(k)}" for k, a in r["commrt_picks"])]
             for r in rows]
-    return table(["N", "nodes", "commrt model ring>dbtree", "simulated", "NCCL ring>tree",
+    return table(["N", "nodes", "commrt model ring>dbtree",
+                  f"simulated (to {fmt_size(SIM_CROSS_MAX)})", "NCCL ring>tree",
                   "NCCL (Simple)", "commrt's picks"], body, "rrrrrrl")
 
 

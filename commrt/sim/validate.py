@@ -24,6 +24,10 @@ from commrt.sim import schedules
 from commrt.sim.engine import ScheduleError, Topology, simulate
 
 
+# algorithms for several hosts only: not measured on one
+MULTI_HOST = ("hierarchical",)
+
+
 def _params(comm):
     from commrt.collectives import cost
 
@@ -56,7 +60,8 @@ def measure(n, sizes, algos, timeout=600):
 def predicted(n, nbytes, algo, p):
     topo = Topology(1, n, p["alpha"], p["beta"], p["alpha"], p["beta"], p["gamma"],
                     p["segment"], cores=p["cores"] if n > p["cores"] else None)
-    return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4)), itemsize=4)
+    return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4), ranks_per_node=n),
+                    itemsize=4)
 
 
 def run(ranks, sizes, algos, rounds, log=print):
@@ -117,7 +122,8 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print):
                     cell = data.setdefault((rate, algo, k), {"measured": [], "simulated": []})
                     cell["measured"].append(row["time_s"])
                     cell["simulated"].append(simulate(
-                        topo, schedules.steps_of(algo, n, max(1, k // 4)), itemsize=4))
+                        topo, schedules.steps_of(algo, n, max(1, k // 4), ranks_per_node=local),
+                        itemsize=4))
                 log(f"  {rate}: round {r + 1}/{rounds} done")
     return data
 
@@ -147,7 +153,8 @@ def main(argv=None):
     p.add_argument("--json")
     args = p.parse_args(argv)
     algos = (args.algos.split(",") if args.algos else
-             [a for a in schedules.names() if schedules.has_schedule(a)])
+             [a for a in schedules.names() if schedules.has_schedule(a)
+              and (args.hosts or a not in MULTI_HOST)])
     sizes = [parse_size(x) for x in args.sizes.split(",")]
     if args.hosts:
         data = run_hosts(args.hosts, args.ranks_per_host, args.rates.split(","), sizes,

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from commrt.sim import ScheduleError, Topology, simulate, schedules
+from commrt.sim import ScheduleError, Topology, engine, simulate, schedules
 
 A, B, G = 5e-6, 1e-9, 2e-10
 
@@ -74,9 +74,56 @@ def test_unmatched_and_unschedulable_are_errors():
             schedules.steps_of("rabenseifner", 6, 10)
     else:   # the registry form covers the fold: 6 ranks run
         assert simulate(topo(6, 1), schedules.steps_of("rabenseifner", 6, 10)) > 0
-    if not schedules.has_schedule("ring"):
-        with pytest.raises(ScheduleError, match="no schedule"):
-            schedules.steps_of("ring", 4, 10)
+    assert all(schedules.has_schedule(a) for a in schedules.names())
+
+
+@pytest.mark.parametrize("algo", schedules.names())
+def test_every_all_reduce_runs_through_its_schedule(algo):
+    """Every algorithm, one node and several, counts that split evenly and not, many
+    segments (COMMRT_RING_SEGMENT_BYTES's 256 KiB: 64 Ki float32): the shortcut,
+    where taken, is the full run."""
+    for n, per_node in ((2, 1), (3, 1), (4, 2), (6, 3), (8, 1), (8, 4)):
+        for count in (1, 6000, 200_003, 1 << 18):
+            steps = schedules.steps_of(algo, n, count, ranks_per_node=per_node)
+            t = topo(n // per_node, per_node)
+            short, taken = engine.run(t, steps)
+            full, _ = engine.run(t, steps, shortcut=False)
+            assert full > 0 and short == full, (algo, n, per_node, count)
+
+
+def test_the_ring_rotates_so_rank_0_alone_is_exact():
+    """The ring's rotation claim (ROTATES) for every rank, and the shortcut it allows:
+    taken where N divides the count and the links are free, equal to the full run
+    bit for bit; refused on shared NICs and uneven blocks."""
+    for n in (2, 3, 5, 8, 12):
+        count = 300 * n
+        steps = schedules.steps_of("ring", n, count)
+        assert steps.rotation
+        first = steps(0)
+        for r in range(n):
+            mine = steps(r)
+            assert [[(m.op, m.peer, m.hi - m.lo) for m in s] for s in mine] == \
+                [[(m.op, (m.peer + r) % n, m.hi - m.lo) for m in s] for s in first], (n, r)
+        short, taken = engine.run(topo(n, 1), steps)
+        full, _ = engine.run(topo(n, 1), steps, shortcut=False)
+        assert taken and short == full
+        assert not engine.run(topo(1, n, cores=1), steps)[1]
+    assert not schedules.steps_of("ring", 8, 8 * 300 + 1).rotation
+    n = 16384   # 5e8 messages in full: rank 0 and the sample only
+    assert engine.run(topo(n, 1), schedules.steps_of("ring", n, 1 << 18))[1]
+
+
+def test_messages_match_within_their_context_only():
+    """dbtree's trees run on contexts of their own: a message of one never matches a
+    receive of the other, even between the same pair in crossed order."""
+    from commrt.collectives.registry import Msg, on_context
+
+    a = on_context("a", [[Msg("send", 1, 0, 4)]])[0] + on_context("b", [[Msg("send", 1, 0, 8)]])[0]
+    b = on_context("b", [[Msg("recv", 0, 0, 8)]])[0] + on_context("a", [[Msg("recv", 0, 0, 4)]])[0]
+    assert simulate(topo(2, 1), lambda r: [a] if r == 0 else [b]) > 0
+    plain = [[tuple(m) for m in a]], [[tuple(m) for m in b]]
+    with pytest.raises(ScheduleError, match="bytes sent"):
+        simulate(topo(2, 1), lambda r: plain[r])
 
 
 @pytest.mark.timeout(120)

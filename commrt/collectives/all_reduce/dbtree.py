@@ -76,10 +76,20 @@ def parents(n, which):
     return got
 
 
+_CHILDREN = {}
+
+
 def tree(n, r, which):
     """(parent or None, [children, lower first]) of rank r in tree `which`."""
     par = parents(n, which)
-    return par[r], [c for c in range(n) if par[c] == r]
+    kids = _CHILDREN.get((n, which))
+    if kids is None:   # every rank's at once: the simulator asks for all N
+        kids = [[] for _ in range(n)]
+        for c in range(n):
+            if par[c] is not None:
+                kids[par[c]].append(c)
+        _CHILDREN[(n, which)] = kids
+    return par[r], list(kids[r])
 
 
 def depth(n):

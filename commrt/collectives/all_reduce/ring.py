@@ -26,6 +26,9 @@ from commrt.collectives.registry import Msg
 TIE = 2
 # across hosts the ring's block placement sends one stream per host and direction
 NET_SHARE = 1
+# rank r's schedule is rank 0's with every peer turned by r (and chunk c by r):
+# with N dividing the count the simulator need only list rank 0's (sim/engine.py)
+ROTATES = True
 
 
 def cost(n, nbytes, p, comm=None):
