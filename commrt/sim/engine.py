@@ -19,12 +19,15 @@ it), γ per combined byte at the receiver, and segment pipelining: a message
 between nodes moves in segments of ``segment`` bytes, so its receiver
 combines all but the last segment while the rest is still on the wire (on
 shared memory the receiver's own core copies, then combines: no overlap).
+A combine of s bytes costs s·γ(s): γ in cache, γ_mem (``gamma_mem``, the
+cost model's out-of-cache kernel figure) from 16 MiB, geometric between.
 
 A message sent at t by a rank arrives at t + α + bytes·β (later if its NIC
 or the fabric is busy); a receive posted at p completes at max(p, arrival)
 + (combine) min(bytes, segment)·γ, or bytes·γ on shared memory.  With ``cores`` (per node) the CPU is a
-resource too, for more ranks than cores: a receive's work, its copy on
-shared memory (bytes·β_shm, the receiver copies) and its combining
+resource too, for more ranks than cores: a receive's work, its α and its
+copy on shared memory (α_shm + bytes·β_shm: matching and waking the receiver
+burn a core as much as copying does) and its combining
 (bytes·γ), runs on the node's earliest free core once the message can
 start (both sides posted; on the network its first segment in), and the
 receive completes when that work and the message's arrival are done.
@@ -60,11 +63,13 @@ re-checks against a sample of ranks (the first, the last, the middle, eight
 more); the ring at 16,384 ranks has 5·10⁸ messages, too many to list.
 """
 import heapq
+import math
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Optional
 
 MAX_MESSAGES = 5_000_000
+_G_SMALL, _G_LARGE = 1 << 20, 16 << 20   # as collectives/cost.py's GAMMA_SMALL, GAMMA_LARGE
 
 
 @dataclass
@@ -79,6 +84,17 @@ class Topology:
     segment: int = 1 << 20
     bisection: Optional[float] = None   # bytes/s of the fabric between nodes (None: unlimited)
     cores: Optional[int] = None         # per node (None: a core per rank, never shared)
+    gamma_mem: Optional[float] = None   # γ of a combine too large for the caches (None: γ)
+
+    def g(self, nbytes):
+        """γ of a combine of nbytes at once: γ in cache, γ_mem from 16 MiB, geometric
+        between (the cost model's Params.g, measured by the same kernels)."""
+        if not self.gamma_mem or self.gamma_mem <= self.gamma or nbytes <= _G_SMALL:
+            return self.gamma
+        if nbytes >= _G_LARGE:
+            return self.gamma_mem
+        f = math.log(nbytes / _G_SMALL) / math.log(_G_LARGE / _G_SMALL)
+        return self.gamma * (self.gamma_mem / self.gamma) ** f
 
     @property
     def ranks(self):
@@ -213,7 +229,8 @@ def _rank0(topo, steps, itemsize):
                 arrival = start + topo.alpha_net + nbytes * topo.beta_net
             end = max(t, arrival)
             if op == "combine":
-                end += (nbytes if local else min(nbytes, topo.segment)) * topo.gamma
+                part = nbytes if local else min(nbytes, topo.segment)
+                end += part * topo.g(part)
             done = max(done, end)
         t = done
     return t
@@ -238,14 +255,16 @@ def _full(topo, steps, itemsize):
         """Completion of a receive whose work needs one of its node's cores."""
         first = min(nbytes, topo.segment)
         if local:
-            ready = max(post, sent_at) + topo.alpha_shm
-            work, floor = nbytes * topo.beta_shm, ready
+            # ranks sharing cores: the message's α (its matching, the wake-up of
+            # the receiver) is CPU time too, so it queues for a core with the copy
+            ready = max(post, sent_at)
+            work, floor = topo.alpha_shm + nbytes * topo.beta_shm, ready + topo.alpha_shm
         else:
             ready = max(post, arrival - (nbytes - first) * topo.beta_net)
             work, floor = 0.0, max(post, arrival)
         if combine:
-            work += nbytes * topo.gamma
-            floor += first * topo.gamma
+            work += nbytes * topo.g(nbytes)
+            floor += first * topo.g(first)
         cores = free[topo.node(dst)]
         start = max(ready, heapq.heappop(cores))
         heapq.heappush(cores, start + work)
@@ -258,7 +277,8 @@ def _full(topo, steps, itemsize):
         else:
             t = max(post, arrival)
             if combine:  # shared memory: the receiver's core copies, then combines
-                t += (nbytes if local else min(nbytes, topo.segment)) * topo.gamma
+                part = nbytes if local else min(nbytes, topo.segment)
+                t += part * topo.g(part)
         done_at[dst] = max(done_at[dst], t)
         left[dst] -= 1
         if left[dst] == 0:

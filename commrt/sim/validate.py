@@ -6,8 +6,9 @@
 
 Per world size N: α, β and γ come from commrt's calibration of an N-rank job
 (cost.params: an 8-byte and a 1 MiB exchange between two ranks, reduce_into
-on rank 0: point-to-point and kernel numbers only); the all-reduces are then
-measured with the collective benchmarks' loop (``bench allreduce``'s
+on rank 0, in cache and out of it (γ_mem): point-to-point and kernel numbers
+only, never α_busy, which the cost model takes from an 8-byte collective);
+the all-reduces are then measured with the collective benchmarks' loop (``bench allreduce``'s
 ``run_commrt``) and simulated from the algorithms' schedules with those
 parameters, one node of N ranks.  The fit never sees a collective's time.
 Reports measured and simulated time and their ratio (target: within 25%).
@@ -32,7 +33,8 @@ def _params(comm):
     from commrt.collectives import cost
 
     p = cost.params(comm)
-    return {"alpha": p.alpha, "beta": p.beta, "gamma": p.gamma, "segment": p.segment}
+    return {"alpha": p.alpha, "beta": p.beta, "gamma": p.gamma, "gamma_mem": p.gamma_mem,
+            "segment": p.segment}
 
 
 def _params_cores(comm):
@@ -59,7 +61,8 @@ def measure(n, sizes, algos, timeout=600):
 
 def predicted(n, nbytes, algo, p):
     topo = Topology(1, n, p["alpha"], p["beta"], p["alpha"], p["beta"], p["gamma"],
-                    p["segment"], cores=p["cores"] if n > p["cores"] else None)
+                    p["segment"], cores=p["cores"] if n > p["cores"] else None,
+                    gamma_mem=p.get("gamma_mem"))
     return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4), ranks_per_node=n),
                     itemsize=4)
 
@@ -116,7 +119,8 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print):
                 p = res["params"]
                 topo = Topology(hosts, local, p["alpha"], p["beta"], p["alpha_net"],
                                 p["beta_net"], p["gamma"], p["segment"],
-                                cores=p["cores"] if local > p["cores"] else None)
+                                cores=p["cores"] if local > p["cores"] else None,
+                                gamma_mem=p.get("gamma_mem"))
                 for row in res["rows"]:
                     k, algo = row["bytes"], row["algo"]
                     cell = data.setdefault((rate, algo, k), {"measured": [], "simulated": []})
