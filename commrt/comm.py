@@ -504,13 +504,22 @@ class _World:
 _generation = 0
 
 
-def init(*, timeout=None):
+def init(*, timeout=None, generation=None):
     """Join the job described by the environment and return the world communicator.
 
     Reads COMMRT_* variables set by commrt-launch, or those of torchrun,
     OpenMPI's mpirun or Slurm's srun (see docs/launcher.md).  `timeout`
-    bounds the whole bootstrap (default COMMRT_TIMEOUT, at most 300 s)."""
+    bounds the whole bootstrap (default COMMRT_TIMEOUT, at most 300 s).
+    `generation` names the store prefix the ranks build their mesh under;
+    every rank of one mesh must pass the same value.  By default a process
+    counts its own init() calls (0, 1, ...), which agree when every rank
+    re-initialises together; a job whose members join at different times
+    (an elastic job's new workers) passes the generation it agreed on."""
     global _generation
+    if generation is None:
+        generation = _generation
+    elif not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise ValueError(f"generation must be a non-negative int, got {generation!r}")
     from commrt.rendezvous.bootstrap import from_environment, open_store
     from commrt.transport.connect import build_engine
 
@@ -523,13 +532,13 @@ def init(*, timeout=None):
         engine, plan = build_engine(info.rank, info.size, store, info.secret, host_id=info.host_id,
                                     local_size=info.local_size,
                                     bind_addr=info.data_addr or config.get("COMMRT_BIND_ADDR"),
-                                    timeout=timeout, generation=_generation)
+                                    timeout=timeout, generation=generation)
     except BaseException:
         store.close()
         if server is not None:
             server.close()
         raise
-    _generation += 1
+    _generation = generation + 1
     hosts = [plan.host_of(r) for r in range(info.size)]
     world = _World(engine, store, server)
     comm = Communicator(engine, range(info.size), 0, hosts=hosts, owner=world)

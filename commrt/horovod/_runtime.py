@@ -104,11 +104,14 @@ def _communicator(comm):
     import commrt
 
     if comm is None or isinstance(comm, (list, tuple)):
+        generation = None
         if config.get("HOROVOD_ELASTIC"):
             from commrt.horovod import elastic
 
-            elastic.take_assignment()
-        world = commrt.init()
+            # every member of a generation builds its mesh under that generation's
+            # store prefix, whether it joined earlier generations or not
+            generation = elastic.take_assignment()
+        world = commrt.init(generation=generation)
         if comm is None:
             return world, True
         sub = world.new_group([int(r) for r in comm])

@@ -69,10 +69,8 @@ def current_generation():
 
 def take_assignment():
     """Wait for a generation newer than the last one joined that includes this worker;
-    set COMMRT_RANK & co. from it."""
+    set COMMRT_RANK & co. from it -> the generation, for commrt.init(generation=...)."""
     global _last_gen
-    import commrt.comm
-
     store = _open_store()
     worker = os.environ["COMMRT_ELASTIC_WORKER_ID"]
     deadline = time.monotonic() + config.get("HOROVOD_ELASTIC_TIMEOUT")
@@ -93,10 +91,8 @@ def take_assignment():
            "HOROVOD_CROSS_RANK": crank, "HOROVOD_CROSS_SIZE": csize}
     os.environ.update({k: str(v) for k, v in env.items()})
     os.environ["COMMRT_HOST_ID"] = fields[6]
-    # every member of a generation builds its mesh under the same store prefix,
-    # whether it has joined earlier generations or not
-    commrt.comm._generation = gen
     _last_gen = gen
+    return gen
 
 
 class State:

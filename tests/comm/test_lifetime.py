@@ -72,3 +72,30 @@ def test_call_after_with_block_raises(tmp_path):
                          capture_output=True, text=True, timeout=90)
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("raised:") == 2 and "closed" in res.stdout, res.stdout
+
+
+GENERATIONS = """
+import commrt, numpy as np
+for gen in (None, 7, None):          # counted, given, counted again (8: after the given one)
+    with commrt.init(generation=gen) as comm:
+        x = np.ones(2)
+        comm.all_reduce(x)
+        print("mesh", gen, x.tolist())
+for bad in (-1, "1", True):
+    try:
+        commrt.init(generation=bad)
+    except ValueError as exc:
+        print("refused:", exc)
+"""
+
+
+def test_init_generation_names_the_mesh_and_rejects_bad_values(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(GENERATIONS)
+    res = subprocess.run([sys.executable, "-m", "commrt.launcher", "-n", "2", "--no-prefix",
+                          str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for gen in ("None", "7"):
+        assert res.stdout.count(f"mesh {gen} [2.0, 2.0]") == (4 if gen == "None" else 2), \
+            res.stdout
+    assert res.stdout.count("refused: generation must be a non-negative int") == 6, res.stdout
