@@ -240,9 +240,10 @@ class Coordinator:
         self.stats["rounds"] += 1
         ready = []
         if use_cache:
-            for bit in np.flatnonzero(vec[2:]):
-                name, _, sigs = ps.cache[bit]
-                ready.append((name, sigs, ps.claimed.pop(int(bit)), None))
+            cache, claimed = ps.cache, ps.claimed
+            for bit in np.flatnonzero(vec[2:]).tolist():
+                name, _, sigs, info = cache[bit]
+                ready.append((name, sigs, claimed.pop(bit), info))
             self.stats["cached"] += len(ready)
         if vec[0] == 0:
             self.stats["negotiations"] += 1
@@ -274,38 +275,42 @@ class Coordinator:
         ready = []
         if ps.joined and len(ps.joined) == ps.size:
             last = max(joined_now) if joined_now else ps.joined[-1]
-            ready.append((JOIN, None, ps.waiting.pop(JOIN, None), last))
+            ready.append((JOIN, last, ps.waiting.pop(JOIN, None), None))
             ps.joined = []
         active = [r for r in range(ps.size) if r not in ps.joined]
         for name in list(ps.table):
             sigs = ps.table[name]
             if all(r in sigs for r in active):
                 del ps.table[name]
-                ready.append((name, sigs, ps.waiting.pop(name, None), "table"))
+                ready.append((name, sigs, ps.waiting.pop(name, None), None))
         return ready
 
     # ------------------------------------------------------------ running
     def _run(self, ps, ready):
-        """Run the ready operations in the same order on every rank."""
-        self._running = [op for _, _, op, _ in ready if op is not None]
+        """Run the ready operations in the same order on every rank.  ready: (name,
+        sigs, op, info) with info from the response cache, or None for a table entry
+        (checked and remembered here); a JOIN carries the last rank in sigs."""
+        self._running = [item[2] for item in ready if item[2] is not None]
         fusable, others = [], []
-        for name, sigs, op, how in ready:
+        for name, sigs, op, info in ready:
             if name == JOIN:
-                self._done(ps, op, result=how)
+                self._done(ps, op, result=sigs)
                 continue
-            full = sigs if isinstance(sigs, dict) else dict(enumerate(sigs))
-            if how == "table":                   # cache entries were checked on entry
+            if info is None:                     # cache entries were checked on entry
+                full = sigs if isinstance(sigs, dict) else dict(enumerate(sigs))
                 error = _check(name, full, ps)
                 if error is not None:
                     self._done(ps, op, error=HorovodMismatchError(error))
                     continue
-                self._remember(ps, name, full)
-            if next(iter(full.values()))[0] == "allreduce":
-                fusable.append((name, full, op))
+                info = self._remember(ps, name, full)
+                sigs = full
+            if info[0] == "allreduce":
+                fusable.append((name, sigs, op, info))
             else:
-                others.append((name, full, op))
-        for group in self._fuse(fusable):
-            self._allreduce(ps, group)
+                others.append((name, sigs, op))
+        if fusable:
+            for group in self._fuse(fusable):
+                self._allreduce(ps, group)
         for name, sigs, op in others:
             self._timeline_begin(op, name, sigs)
             try:
@@ -316,33 +321,38 @@ class Coordinator:
             self._done(ps, op, result=result)
 
     def _remember(self, ps, name, sigs):
-        """Enter a negotiated entry in the response cache (the same on every rank)."""
-        kind = next(iter(sigs.values()))[0]
+        """Enter a negotiated entry in the response cache (the same on every rank)
+        -> its info: (kind, fusion key, bytes), what a cached round needs of it."""
+        sig = next(iter(sigs.values()))
+        kind = sig[0]
+        info = (kind, (sig[1], sig[3], sig[4], sig[5]), _nbytes(sig)) if kind == "allreduce" \
+            else (kind, None, 0)
         if kind not in _CACHEABLE or ps.joined or not self.capacity or len(sigs) != ps.size:
-            return
+            return info
         row = tuple(sigs[r] for r in range(ps.size))
         bit = ps.by_name.get(name)
         if bit is None:
             if len(ps.cache) >= self.capacity:
-                return
+                return info
             bit = len(ps.cache)
             ps.cache.append(None)
             ps.by_name[name] = bit
         else:
             ps.lookup.pop((name, ps.cache[bit][1][ps.rank]), None)
-        ps.cache[bit] = (name, row, sigs)        # sigs: the rank -> sig dict _run takes
+        ps.cache[bit] = (name, row, sigs, info)  # sigs: the rank -> sig dict _run takes
         ps.lookup[(name, row[ps.rank])] = bit
+        return info
 
     def _fuse(self, items):
         """Groups of ready allreduces that reduce together: one dtype, op and scaling,
         at most `threshold` bytes (a larger tensor goes alone)."""
+        threshold = self.threshold
+        if not threshold:
+            return [[(name, sigs, op)] for name, sigs, op, _ in items]
         groups, open_ = [], {}
-        for name, sigs, op in items:
-            sig = next(iter(sigs.values()))
-            key = (sig[1], sig[3], sig[4], sig[5])
-            nbytes = _nbytes(sig)
+        for name, sigs, op, (_, key, nbytes) in items:
             grp = open_.get(key)
-            if grp is None or not self.threshold or grp[1] + nbytes > self.threshold:
+            if grp is None or grp[1] + nbytes > threshold:
                 grp = open_[key] = [[], 0]
                 groups.append(grp)
             grp[0].append((name, sigs, op))
@@ -356,33 +366,40 @@ class Coordinator:
         for name, sigs, op in group:
             self._timeline_begin(op, name, sigs)
             arrays += op.bufs if op is not None else [np.zeros(s, dtype) for s in sig_shapes(sigs)]
-        total = sum(a.size for a in arrays)
-        self.stats["buffers"] += 1
-        self.stats["tensors"] += len(arrays)
-        self.stats["max_fused"] = max(self.stats["max_fused"], len(arrays))
+        stats = self.stats
+        stats["buffers"] += 1
+        stats["tensors"] += len(arrays)
+        if len(arrays) > stats["max_fused"]:
+            stats["max_fused"] = len(arrays)
         if len(arrays) == 1:
-            flat = arrays[0].reshape(-1)
+            flat = data = arrays[0].reshape(-1)
         else:
+            total = sum(a.size for a in arrays)
             flat = self._fusion_buffer(dtype, total)
+            data = flat[:total]
             self._activity(group, "MEMCPY_IN_FUSION_BUFFER")
             # one C call packs them all (the arrays are flat views, or zeros of any shape)
-            np.concatenate([a.reshape(-1) for a in arrays], out=flat)
+            np.concatenate([a if a.ndim == 1 else a.reshape(-1) for a in arrays], out=data)
+            flat[total:] = 0
         self._activity(group, "GLOO_ALLREDUCE")
-        _scale(flat, pre)
+        _scale(data, pre)
         if flat.size:
             ps.data.all_reduce(flat, op=_KERNEL_OP[code])
         if code == AVERAGE:
-            _divide(flat, ps.size)
-        _scale(flat, post)
+            _divide(data, ps.size)
+        _scale(data, post)
         if len(arrays) > 1:
             self._activity(group, "MEMCPY_OUT_FUSION_BUFFER")
             off = 0
             for a in arrays:
-                a.reshape(-1)[:] = flat[off:off + a.size]
-                off += a.size
+                end = off + a.size
+                (a if a.ndim == 1 else a.reshape(-1))[:] = data[off:end]
+                off = end
         self._done_group(ps, [op for _, _, op in group])
 
     def _fusion_buffer(self, dtype, n):
+        """A view of n elements or a little more (see _padded) of the dtype's buffer."""
+        n = _padded(n)
         buf = self._fusion.get(dtype)
         if buf is None or buf.size < n:
             buf = self._fusion[dtype] = np.empty(max(n, 1024), dtype)
@@ -446,6 +463,18 @@ class Coordinator:
         if self.timeline is not None:
             for name, _, _ in group:
                 self.timeline.activity(name, activity)
+
+
+def _padded(n):
+    """n rounded up to one of four sizes per power of two (at most 25% more).  A
+    fused buffer's length is whatever was ready in a round, so it differs from round
+    to round; the collectives prepare a plan per buffer shape, and a length drawn
+    from a few sizes reuses one where exact lengths would prepare a new one nearly
+    every round.  The padding is zeroed and reduced with the rest, then ignored."""
+    if n <= 1024:
+        return n
+    step = 1 << (n.bit_length() - 3)
+    return -(-n // step) * step
 
 
 def _shorten_switch_interval():

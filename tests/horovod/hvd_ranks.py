@@ -626,3 +626,31 @@ def init_with_ranks(comm):
         return (hvd.rank(), hvd.size(), hvd.allreduce(torch.ones(1), op=hvd.Sum).item())
     finally:
         hvd.shutdown()
+
+
+def fused_odd_sizes(comm):
+    """Fused buffers of odd lengths above 1024 elements (the coordinator pads them to
+    a few plan sizes): every op's result is exact and the padding never shows."""
+    with horovod(comm, HOROVOD_CYCLE_TIME=20):
+        r, n = hvd.rank(), hvd.size()
+        stats = hvd._runtime.current().coordinator.stats
+        ops = [hvd.Sum, hvd.Min, hvd.Max, hvd.Product, hvd.Average]
+        for step in range(3):                    # the first negotiates, later ones are cached
+            fused_before = stats["max_fused"]
+            hs, want = [], []
+            for i in range(37):
+                op = ops[i % len(ops)]
+                size = 301 + 13 * (i % 4)        # about 2,400 elements fused per op
+                base = torch.arange(size, dtype=torch.float64) % 7 + 1
+                mine = base * (r + 1) if op != hvd.Product else base ** 0 * (1 + (r == i % n))
+                alls = [base * (q + 1) if op != hvd.Product else base ** 0 * (1 + (q == i % n))
+                        for q in range(n)]
+                stack = torch.stack(alls)
+                want.append({hvd.Sum: stack.sum(0), hvd.Min: stack.min(0).values,
+                             hvd.Max: stack.max(0).values, hvd.Product: stack.prod(0),
+                             hvd.Average: stack.mean(0)}[op])
+                hs.append(hvd.allreduce_async_(mine, name=f"odd.{i}", op=op))
+            for h, w in zip(hs, want):
+                got = hvd.synchronize(h)
+                assert torch.allclose(got, w), (step, got[:4], w[:4])
+        return stats["max_fused"], fused_before

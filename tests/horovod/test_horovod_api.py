@@ -135,3 +135,8 @@ def test_one_rank_shutting_down_fails_the_others_operations(world3):
 def test_init_on_a_list_of_world_ranks(world3):
     assert world3.run(hvd_ranks.init_with_ranks, timeout=60) == [(0, 2, 2.0), "not a member",
                                                                   (1, 2, 2.0)]
+
+
+def test_fused_buffers_of_odd_lengths_give_exact_results_for_every_op(world3):
+    for max_fused, _ in world3.run(hvd_ranks.fused_odd_sizes, timeout=60):
+        assert max_fused > 1                     # some buffers held several tensors

@@ -138,6 +138,32 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                             process_set, single=True)
 
 
+def gradient_allreduce_async_(tensor, full_name, op, prescale_factor, postscale_factor,
+                              process_set):
+    """allreduce_async_ as DistributedOptimizer's hook calls it, once per gradient per
+    step: full_name is already "allreduce.<name>" and op and the factors were checked
+    when the optimizer was made.  A contiguous CPU tensor of a NumPy dtype goes
+    straight to the coordinator (one view, one signature); anything else takes
+    allreduce_async_'s general path."""
+    if tensor.is_cpu and tensor.dtype is not torch.bfloat16 and tensor.is_contiguous():
+        try:
+            a = tensor.detach().numpy().reshape(-1)
+        except (RuntimeError, TypeError):        # conj/neg bit, a dtype NumPy lacks
+            a = None
+        if a is not None:
+            sig = ("allreduce", a.dtype.str, (tuple(tensor.shape),), op, prescale_factor,
+                   postscale_factor)
+            handle_op = _rt().coordinator.submit("allreduce", full_name, sig, [a],
+                                                 _set_id(process_set))
+            _next_handle[0] += 1
+            handle = _next_handle[0]
+            _handle_map[handle] = (handle_op, lambda _: tensor)
+            return handle
+    return allreduce_async_(tensor, name=full_name[len("allreduce."):], op=op,
+                            prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                            process_set=process_set)
+
+
 def _single(h):
     op, finish = _handle_map[h]
     _handle_map[h] = (op, lambda r: finish(r)[0])

@@ -16,8 +16,8 @@ from commrt.horovod.process_sets import global_process_set
 from commrt.horovod.torch.compression import Compression
 from commrt.horovod.torch.functions import broadcast_object
 from commrt.horovod.torch.mpi_ops import (Adasum, Average, allreduce_async_,
-                                          grouped_allreduce_async_, size,
-                                          sparse_allreduce_async, synchronize)
+                                          gradient_allreduce_async_, grouped_allreduce_async_,
+                                          size, sparse_allreduce_async, synchronize)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -156,6 +156,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         name = self._parameter_names.get(p)      # looked up once, not per backward
+        full_name = f"allreduce.{name}"
+        pre, post = (float(f) for f in self._scales())
+        plain = self._compression is Compression.none and self._groups is None
 
         def hook(*ignore):
             handles, delays = self._handles, self._allreduce_delay
@@ -182,6 +185,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                             handles.pop(gp, None)
                         self._group_counts[group] = 0
                         return
+                elif plain and p.grad is not None and not p.grad.is_sparse:
+                    # the common case in one call (see gradient_allreduce_async_)
+                    handle = gradient_allreduce_async_(p.grad, full_name, self.op, pre, post,
+                                                       self.process_set)
                 else:
                     handle, ctx = self._allreduce_grad_async(p, name)
             handles[p] = (handle, ctx)
@@ -215,7 +222,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if p.grad.is_sparse:
                 agg = self._compression.decompress(out, ctx)
                 p.grad.zero_().add_(agg if agg.is_sparse else agg.to_sparse())
-            else:
+            elif out is not p.grad or ctx is not None:   # reduced in place: nothing to set
                 p.grad.set_(self._compression.decompress(out, ctx))
         self._handles.clear()
         self._synchronized = True
