@@ -1,13 +1,14 @@
 """Horovod-style synthetic training: commrt.horovod (fusion on/off, fp16) beside torch DDP.
 
     python -m commrt.bench horovod [--sizes 2,4] [--rounds 3] [--steps 20] [--warmup 3]
-                                   [--batch 16] [--models many,cnn] [--json FILE]
+                                   [--batch 16] [--models tiny,cnn] [--json FILE]
 
 As Horovod's examples/pytorch/pytorch_synthetic_benchmark.py: CNNs defined
 here (no torchvision), synthetic images, one thread per rank.  ``cnn`` has
-12 conv+BatchNorm blocks of 32 channels on 3x32x32 images (~40 tensors; the
-DDP comparison), ``many`` 48 blocks of 16 channels on 3x8x8 images (~150
-tiny tensors for little compute: fusion's case).  Per model, round and
+12 conv+BatchNorm blocks of 32 channels on 3x32x32 images (~40 tensors),
+``many`` 48 blocks of 16 channels on 3x8x8 images (~150 small tensors),
+``tiny`` the same network on 3x4x4 images (~150 small tensors for the least
+compute: the step is mostly communication, fusion's case).  Per model, round and
 world size, interleaved: commrt.horovod's DistributedOptimizer
 with fusion (default HOROVOD_FUSION_THRESHOLD), without (threshold 0), with
 fusion and Compression.fp16, and torch DistributedDataParallel over Gloo
@@ -54,7 +55,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--models", default="many,cnn", help="many and/or cnn")
+    p.add_argument("--models", default="tiny,cnn", help="tiny, many and/or cnn")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json", metavar="FILE")
