@@ -38,11 +38,14 @@ class Runtime:
             self.timeline = Timeline(path, config.get("HOROVOD_TIMELINE_MARK_CYCLES"))
         self.coordinator = Coordinator(comm, self.timeline)
         self.process_sets = {0: global_process_set}
-        self._counter = 0
+        self._counters = {}
 
-    def next_name(self, kind):
-        self._counter += 1
-        return f"{kind}.noname.{self._counter}"
+    def next_name(self, kind, set_id=0):
+        """The name of an unnamed operation: counted per process set, so that the ops
+        members of one set run alone leave the others' names in step."""
+        n = self._counters.get(set_id, 0) + 1
+        self._counters[set_id] = n
+        return f"{kind}.noname.{n}" if set_id == 0 else f"{kind}.noname.{set_id}.{n}"
 
     def add_process_set(self, ps):
         if ps.process_set_id is not None and self.process_sets.get(ps.process_set_id) is ps:

@@ -59,13 +59,14 @@ def _set_size(process_set):
 
 def _submit(kind, name, sig, bufs, process_set, finish):
     rt = _rt()
+    set_id = _set_id(process_set)
     if name is None:
-        name = rt.next_name(kind)
+        name = rt.next_name(kind, set_id)
     elif not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     else:
         name = f"{kind}.{name}"             # Horovod's op names: allreduce.<name>
-    op = rt.coordinator.submit(kind, name, sig, bufs, _set_id(process_set))
+    op = rt.coordinator.submit(kind, name, sig, bufs, set_id)
     _next_handle[0] += 1
     handle = _next_handle[0]
     _handle_map[handle] = (op, finish)
@@ -576,7 +577,8 @@ def join(device=-1):
 def barrier(process_set=global_process_set):
     """Return once every rank of the process set has entered the barrier."""
     rt = _rt()
-    op = rt.coordinator.submit("barrier", rt.next_name("barrier"), ("barrier",), None,
+    # one name, as Horovod's: a set's members barrier together, whatever else they ran
+    op = rt.coordinator.submit("barrier", "barrier", ("barrier",), None,
                                _set_id(process_set))
     rt.coordinator.wait(op)
 
