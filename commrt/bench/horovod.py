@@ -21,6 +21,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 
 from commrt.bench._stats import Summary, table
 
@@ -65,12 +66,18 @@ def main(argv=None):
     models = [m for m in args.models.split(",") if m]
     keys = [(mo, n, m) for mo in models for n in sizes for m in modes]
     samples = {k: [] for k in keys}
+    t0 = time.monotonic()
     for r in range(args.rounds):
         for mo in models:
             for n in sizes:
                 order = modes if r % 2 == 0 else list(reversed(modes))   # interleaved
                 for m in order:
                     samples[(mo, n, m)].append(run_one(mo, m, n, args))
+        # progress, and the samples so far, so a run cut short still leaves its figures
+        print(f"round {r + 1}/{args.rounds} done at {time.monotonic() - t0:.0f} s",
+              file=sys.stderr, flush=True)
+        if args.json:
+            _dump(args.json, samples)
     rows = []
     for mo in models:
         for n in sizes:
@@ -82,10 +89,14 @@ def main(argv=None):
           f"{args.rounds} rounds (median [min-max])")
     print(table(["model", "N"] + modes + ["fusion/ddp", "fusion/off"], rows, "ll" + "r" * (len(modes) + 2)))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({f"{mo}/{n}/{m}": Summary(v).as_dict() for (mo, n, m), v in samples.items()},
-                      f, indent=1)
+        _dump(args.json, samples)
     return 0
+
+
+def _dump(path, samples):
+    with open(path, "w") as f:
+        json.dump({f"{mo}/{n}/{m}": Summary(v).as_dict() for (mo, n, m), v in samples.items()
+                   if v}, f, indent=1)
 
 
 def _ratio(a, b):
