@@ -67,8 +67,8 @@ class Channel:
         exchange(sbuf, dst, rbuf, src, tag, meta, wait, hook=0, meta2=0) -> (recv, send)
                                    a pairwise step in one transport call, its
                                    receive waited for up to `wait` seconds
-        exchange_chain(steps, tmp, count, tag, nbytes=-1, itemsize=0)
-                                   a persistent chain of such steps (prepared plans)
+        exchange_chain(steps, tmp, count, tag, nbytes=-1, itemsize=0, in_nbytes=-1)
+                                   a persistent chain of steps of messages (prepared plans)
         abort(reason, code=MISMATCH, culprit=None)
                                    fail every pending and later operation on the
                                    collective context, here and on every rank, with
@@ -110,8 +110,8 @@ class Channel:
     def exchange(self, sbuf, dst, rbuf, src, tag, meta, wait, hook=0, meta2=0):
         return self._coll._exchange(sbuf, dst, rbuf, src, tag, meta, wait, hook, meta2)
 
-    def exchange_chain(self, steps, tmp, count, tag, nbytes=-1, itemsize=0):
-        return self._coll._exchange_chain(steps, tmp, count, tag, nbytes, itemsize)
+    def exchange_chain(self, steps, tmp, count, tag, nbytes=-1, itemsize=0, in_nbytes=-1):
+        return self._coll._exchange_chain(steps, tmp, count, tag, nbytes, itemsize, in_nbytes)
 
     def abort(self, reason, code=FailureCode.MISMATCH, culprit=None):
         self._coll._abort(reason, code=code, culprit=culprit)
@@ -225,15 +225,22 @@ class Communicator:
         return self._engine.irecv_reduce(buf, self._peer(src, "src"), self._ctx, tag, meta, hook,
                                          buf.itemsize, self._rank_of, meta2)
 
-    def _exchange_chain(self, steps, tmp, count, tag, nbytes=-1, itemsize=0):
-        """A persistent chain of exchanges on this context (the collectives' repeated
-        pairwise steps; transport/chain.pxi): steps are (dst, src, hook address),
-        tmp the receive buffer, count the hook's element count; or ranged steps
-        (dst, src, s_off, s_len, r_off, r_len, rhook) within an nbytes buffer."""
-        steps = [(self._peer(st[0], "dst"), self._peer(st[1], "src")) + tuple(st[2:])
-                 for st in steps]
-        return self._engine.exchange_chain(steps, tmp, count, self._ctx, tag, self._rank_of,
-                                           nbytes, itemsize)
+    def _exchange_chain(self, steps, tmp, count, tag, nbytes=-1, itemsize=0, in_nbytes=-1):
+        """A persistent chain of steps on this context (the collectives' prepared
+        plans; transport/chain.pxi, Engine.exchange_chain): steps are (dst, src,
+        hook address) with tmp the receive buffer and count the hook's element
+        count; ranged steps (dst, src, s_off, s_len, r_off, r_len, rhook) within
+        an nbytes buffer; or ([(send, peer, where, off, len, rhook), ...], hook)."""
+        out = []
+        for st in steps:
+            if len(st) == 2 and isinstance(st[0], (list, tuple)):
+                msgs = [(m[0], self._peer(m[1], "dst" if m[0] else "src")) + tuple(m[2:])
+                        for m in st[0]]
+                out.append((msgs, st[1]))
+            else:
+                out.append((self._peer(st[0], "dst"), self._peer(st[1], "src")) + tuple(st[2:]))
+        return self._engine.exchange_chain(out, tmp, count, self._ctx, tag, self._rank_of,
+                                           nbytes, itemsize, in_nbytes)
 
     def send_obj(self, obj, dst, tag=0, *, timeout=None):
         """Send a picklable object (peers are authenticated, so unpickling is safe)."""

@@ -617,18 +617,23 @@ cdef class Engine:
         return rq, sq
 
     def exchange_chain(self, steps, tmp, int64_t count, uint32_t ctx, int tag, rank_of=None,
-                       int64_t nbytes=-1, int itemsize=0):
-        """Bind a chain of exchanges once -> ExchangeChain (chain.pxi).
+                       int64_t nbytes=-1, int itemsize=0, int64_t in_nbytes=-1):
+        """Bind a chain of steps once -> ExchangeChain (chain.pxi).
 
-        steps: (dst, src, hook) per step: send the in/out buffer to dst,
-        receive tmp from src, then call the C function at address hook (0:
-        none) as hook(in/out, tmp, count).  Or ranged steps (dst, src,
-        s_off, s_len, r_off, r_len, rhook): send bytes [s_off, s_off+s_len)
-        of the in/out buffer (nbytes long) and receive into [r_off,
-        r_off+r_len) of it, combining as it lands with the C loop rhook over
-        `itemsize`-byte elements when rhook is not 0 (irecv_reduce).  Every
-        run posts each receive before its send, as exchange() does."""
-        return make_chain(self, steps, tmp, count, ctx, tag, rank_of, nbytes, itemsize)
+        A step is ([(send, peer, where, off, len, rhook), ...], hook): its
+        messages, each sending or receiving bytes [off, off+len) of the
+        in/out buffer (where 0: nbytes long, bound at each run), the input
+        buffer (1: in_nbytes long, bound at each run, sent from only) or tmp
+        (2), a receive combining as it lands with the C loop rhook over
+        `itemsize`-byte elements when rhook is not 0 (irecv_reduce); then
+        the C function at address hook (0: none) as hook(in/out, tmp, count).
+        Two short forms: (dst, src, hook) sends the whole in/out buffer to
+        dst and receives tmp from src; (dst, src, s_off, s_len, r_off,
+        r_len, rhook) sends and receives ranges of the in/out buffer.  Every
+        run posts a step's messages in the order given (receives first in
+        the short forms, as exchange() does)."""
+        return make_chain(self, steps, tmp, count, ctx, tag, rank_of, nbytes, itemsize,
+                          in_nbytes)
 
     # ------------------------------------------------------------ waiting
     cdef int _wait(self, Request q, object timeout, bint spin=True) except -1:

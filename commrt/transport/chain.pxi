@@ -1,55 +1,65 @@
 # Persistent exchange chains: MPI's persistent requests, chained.
 #
-# A collective that repeats the same pairwise exchanges call after call (the
-# small all-reduce's recursive doubling, the dissemination barrier) binds
-# them once: peers, context, tag, the receive buffer, and a request pair per
-# step.  A run then allocates no Python object and parses no buffer (the
-# in/out buffer only when it is another object than last time): in one call
-# without the GIL it posts each step's receive, then its send, waits for the
-# receive and then for the send if it is still in flight (spin, then sleep:
-# block()), checks the receive, and calls the step's completion hook, before
-# going on to the next step.
+# A collective that repeats the same steps call after call (the prepared
+# plans of collectives/plans.py: recursive doubling, the barrier, a
+# broadcast's tree, a gather's receives, ...) binds them once: peers,
+# context, tag, buffers, and one request per message.  A run then allocates
+# no Python object and parses no buffer (the in/out buffers only when they
+# are other objects than last time): in one call without the GIL, step after
+# step, it posts every message of the step (in the order given: receives
+# first), waits for all of them (spin, then sleep: block()), checks every
+# receive, and calls the step's completion hook, before going on.
+#
+# A message sends or receives a byte range of one of three buffers: the
+# in/out buffer (B_BUF, bound at each run, writable), the input buffer (B_IN,
+# bound at each run, only sent from: a gather's or all-to-all's source) and
+# tmp (B_TMP, bound at set-up: scratch).  A receive may combine as the data
+# lands (a reduce-receive, req_t.hook) with its rhook.  A step has any number
+# of messages, sends only (a broadcast's root) or receives only (its leaves)
+# included.  Each step's sends have completed before the next step posts, so
+# a later step may receive into a range an earlier one sent from.
 #
 # The hook is any C function f(dst, src, n) the caller supplies by address:
-# called once the step's receive has completed and its send has been handed
-# off, with dst = the in/out buffer, src = the receive buffer, n = the count
-# given at set-up.  The transport does not know what it computes.
+# called once every message of the step is done, with dst = the in/out
+# buffer, src = tmp, n = the count given at set-up.  The transport does not
+# know what it computes.
 #
-# A run stops at the first step that is not clean: receive or send not done
-# within `wait`, a failed request, a meta or size other than expected.  That step's two requests are then detached: they become
-# ordinary Requests (on the engine's live set, keeping their buffers) that
-# the caller takes with handover() and waits, tests and reports as it would
-# any other; the chain makes fresh ones for the step.  So whatever happens,
-# no request of the chain is left posted when run() returns.
+# A run stops at the first step that is not clean: a message not done within
+# `wait`, a failed request, a meta or size other than expected.  That step's
+# requests are then detached: they become ordinary Requests (on the engine's
+# live set, keeping their buffers) that the caller takes with handover() and
+# waits, tests and reports as it would any other; the chain makes fresh ones
+# for the step.  So whatever happens, no request of the chain is left posted
+# when run() returns.
 #
 # Requests of a chain are marked persistent: completing them does not put
 # them on the engine's completion list (they are reused, never swept).
-#
-# Ranged steps (a large all-reduce's halving and doubling) instead send a
-# byte range of the in/out buffer and receive into another range of it,
-# as a reduce-receive (the transport combines as the data lands, see
-# req_t.hook) when the step has an rhook.  Each step's send has completed
-# before the next step posts, so a later step may receive into a range an
-# earlier one sent from.  A chain of only ranged steps needs no tmp.
 
 cdef enum:
     CH_DONE = 0         # every step clean
     CH_STOP = 1         # step *at is not clean
     CH_SLICE = 2        # step *at is still waiting: check for signals, then wait on
 
+cdef enum:
+    B_BUF = 0           # the in/out buffer of a run
+    B_IN = 1            # the input buffer of a run (sent from only)
+    B_TMP = 2           # scratch bound at set-up
+
+
+cdef struct msg_t:
+    bint send
+    int peer
+    int where           # B_BUF, B_IN or B_TMP
+    uint64_t off
+    uint64_t len
+    combine_fn rhook    # a receive that combines with this loop (NULL: copies)
+    req_t *q
+
 
 cdef struct step_t:
-    int dst
-    int src
-    combine_fn hook     # after the step: hook(in/out, tmp, count) (whole-buffer steps)
-    req_t *rq
-    req_t *sq
-    bint ranged         # send in/out[s_off, +s_len), receive into in/out[r_off, +r_len)
-    uint64_t s_off
-    uint64_t s_len
-    uint64_t r_off
-    uint64_t r_len
-    combine_fn rhook    # ranged: the receive combines with this loop (NULL: copies)
+    int first           # index of its first message
+    int nmsg
+    combine_fn hook     # after the step: hook(in/out, tmp, count)
 
 
 cdef inline void reset_req(req_t *r, uint64_t meta, uint64_t meta2) noexcept nogil:
@@ -68,86 +78,122 @@ cdef inline void reset_req(req_t *r, uint64_t meta, uint64_t meta2) noexcept nog
     r.nbytes = r.cap if r.kind == K_SEND else 0
 
 
-cdef int chain_go(eng_t *E, step_t *steps, int *at, int last, uint64_t meta, uint64_t meta2,
-                  uint64_t nbytes,
-                  int64_t count, int64_t wait_ns, int64_t *deadline, bint posted) noexcept nogil:
+cdef inline void post_step(eng_t *E, step_t *s, msg_t *msgs, uint64_t meta,
+                           uint64_t meta2) noexcept nogil:
+    cdef int j
+    cdef req_t *q
+    for j in range(s.first, s.first + s.nmsg):
+        q = msgs[j].q
+        if msgs[j].send:
+            reset_req(q, meta, meta2)
+        else:
+            reset_req(q, 0, 0)
+            q.want_meta = meta
+            q.want_meta2 = meta2
+    pthread_mutex_lock(&E.lock)
+    for j in range(s.first, s.first + s.nmsg):
+        if msgs[j].send:
+            post_send(E, msgs[j].q)
+        else:
+            post_recv(E, msgs[j].q)
+    pthread_mutex_unlock(&E.lock)
+
+
+cdef inline bint step_clean(step_t *s, msg_t *msgs, uint64_t meta, uint64_t meta2) noexcept nogil:
+    cdef int j
+    cdef req_t *q
+    for j in range(s.first, s.first + s.nmsg):
+        q = msgs[j].q
+        if q.state != S_DONE:
+            return False
+        if not msgs[j].send and (q.meta != meta or q.meta2 != meta2 or q.nbytes != msgs[j].len):
+            return False
+    return True
+
+
+cdef int chain_go(eng_t *E, step_t *steps, msg_t *msgs, int *at, int last, uint64_t meta,
+                  uint64_t meta2, int64_t count, char *buf, char *tmp, int64_t wait_ns,
+                  int64_t *deadline, bint posted) noexcept nogil:
     """Run steps *at .. last-1 (the first already posted if `posted`)."""
     cdef int i = at[0]
+    cdef int j
     cdef step_t *s
-    cdef req_t *rq
-    cdef req_t *sq
     cdef int64_t slice_end
     while i < last:
         s = &steps[i]
-        rq = s.rq
-        sq = s.sq
         if not posted:
-            reset_req(rq, 0, 0)
-            rq.want_meta = meta
-            rq.want_meta2 = meta2
-            reset_req(sq, meta, meta2)
-            pthread_mutex_lock(&E.lock)
-            post_recv(E, rq)
-            post_send(E, sq)
-            pthread_mutex_unlock(&E.lock)
+            post_step(E, s, msgs, meta, meta2)
             deadline[0] = now_ns() + wait_ns
         posted = False
         slice_end = now_ns() + 200000000        # check for signals (Ctrl-C) every 200 ms
         if slice_end > deadline[0]:
             slice_end = deadline[0]
-        if not block(E, rq, slice_end, True) or (sq.state < S_DONE
-                                                  and not block(E, sq, slice_end, True)):
-            at[0] = i
-            return CH_SLICE if now_ns() < deadline[0] else CH_STOP
-        if rq.state != S_DONE or sq.state != S_DONE or rq.meta != meta or rq.meta2 != meta2 \
-                or rq.nbytes != (s.r_len if s.ranged else nbytes):
+        for j in range(s.first, s.first + s.nmsg):
+            if msgs[j].q.state < S_DONE and not block(E, msgs[j].q, slice_end, True):
+                at[0] = i
+                return CH_SLICE if now_ns() < deadline[0] else CH_STOP
+        if not step_clean(s, msgs, meta, meta2):
             at[0] = i
             return CH_STOP
         if s.hook != NULL:
-            s.hook(sq.buf, rq.buf, count)
+            s.hook(buf, tmp, count)
         i += 1
     at[0] = i
     return CH_DONE
 
 
 cdef class ExchangeChain:
-    """Pairwise exchanges bound once and run many times (Engine.exchange_chain).
+    """Steps of messages bound once and run many times (Engine.exchange_chain).
 
-    run(buf, meta, wait, first=0, last=None, meta2=0) -> int: runs steps first..last-1
-    on buf (C-contiguous, writable, the bound size) and returns `last` when
-    every step was clean, the index of the step it stopped at otherwise (its
-    requests then wait in handover()), or -1, having done nothing, when buf
-    does not fit.  Lifetime: the chain holds views of the receive buffer and
-    of the last in/out buffer; detached requests keep their own buffer
-    objects alive."""
+    run(buf, meta, wait, first=0, last=None, meta2=0, inbuf=None) -> int: runs
+    steps first..last-1 on buf (C-contiguous, writable, the bound size) and
+    inbuf (C-contiguous, in_nbytes; only where a message sends from B_IN) and
+    returns `last` when every step was clean, the index of the step it
+    stopped at otherwise (its requests then wait in handover()), or -1,
+    having done nothing, when a buffer does not fit.  Lifetime: the chain
+    holds views of tmp and of the last buffers it ran on (release() lets go);
+    detached requests keep their own buffer objects alive."""
     cdef Engine eng
     cdef int n
+    cdef int nmsgs
     cdef step_t *steps
-    cdef list reqs              # the Request objects whose req_t the steps use (recv, send)
+    cdef msg_t *msgs
+    cdef list reqs              # the Request object of each message (its req_t)
     cdef object tmp
     cdef Py_buffer tmp_view
     cdef bint has_tmp
     cdef object bound           # the in/out buffer object buf_view describes
     cdef Py_buffer buf_view
     cdef bint has_buf
+    cdef object bound_in        # the input buffer object in_view describes
+    cdef Py_buffer in_view
+    cdef bint has_in
+    cdef bint uses_in
     cdef uint64_t nbytes
+    cdef uint64_t in_nbytes
     cdef int64_t count
     cdef uint32_t ctx
     cdef int tag
     cdef object rank_of
-    cdef object detached        # (recv, send) Requests of the step the last run stopped at
-    cdef uint32_t itemsize      # element size of the reduce-receives of ranged steps
+    cdef object detached        # the Requests of the step the last run stopped at
+    cdef uint32_t itemsize      # element size of the reduce-receives
 
     def __dealloc__(self):
         if self.has_buf:
             PyBuffer_Release(&self.buf_view)
             self.has_buf = False
+        if self.has_in:
+            PyBuffer_Release(&self.in_view)
+            self.has_in = False
         if self.has_tmp:
             PyBuffer_Release(&self.tmp_view)
             self.has_tmp = False
         if self.steps != NULL:
             free(self.steps)
             self.steps = NULL
+        if self.msgs != NULL:
+            free(self.msgs)
+            self.msgs = NULL
 
     @property
     def nsteps(self):
@@ -157,82 +203,94 @@ cdef class ExchangeChain:
     def nbytes(self):
         return self.nbytes
 
-    cdef Request _request(self, int kind, int peer, char *buf, uint64_t cap):
+    cdef char *_base(self, int where) noexcept:
+        if where == B_TMP:
+            return <char *>self.tmp_view.buf if self.has_tmp else NULL
+        if where == B_IN:
+            return <char *>self.in_view.buf if self.has_in else NULL
+        return <char *>self.buf_view.buf if self.has_buf else NULL
+
+    cdef void _fresh(self, int k):
+        """A new request for message k (its old one was detached, or none yet)."""
+        cdef msg_t *m = &self.msgs[k]
+        cdef char *base = self._base(m.where)
         cdef Request q = Request.__new__(Request)
         q.eng = self.eng
         q.rank_of = self.rank_of
-        q.r.kind = kind
-        q.r.peer = peer
+        q.r.kind = K_SEND if m.send else K_RECV
+        q.r.peer = m.peer
         q.r.ctx = self.ctx
         q.r.tag = self.tag
         q.r.err_rank = -1
-        q.r.buf = buf
-        q.r.cap = cap
+        q.r.buf = base + m.off if base != NULL else NULL
+        q.r.cap = m.len
         q.r.persistent = True
         q.r.pyobj = <void *>q
-        return q
+        if not m.send:
+            q.r.hook = m.rhook
+            q.r.itemsize = self.itemsize
+        self.reqs[k] = q
+        m.q = &q.r
 
-    cdef void _fresh(self, int i):
-        cdef step_t *s = &self.steps[i]
-        cdef char *base = <char *>self.buf_view.buf if self.has_buf else NULL
-        cdef Request rq
-        cdef Request sq
-        if s.ranged:
-            rq = self._request(K_RECV, s.src, base + s.r_off if base else NULL, s.r_len)
-            rq.r.hook = s.rhook
-            rq.r.itemsize = self.itemsize
-            sq = self._request(K_SEND, s.dst, base + s.s_off if base else NULL, s.s_len)
-        else:
-            rq = self._request(K_RECV, s.src, <char *>self.tmp_view.buf, self.nbytes)
-            sq = self._request(K_SEND, s.dst, base, self.nbytes)
-        self.reqs[2 * i] = rq
-        self.reqs[2 * i + 1] = sq
-        self.steps[i].rq = &rq.r
-        self.steps[i].sq = &sq.r
+    cdef void _rebase(self, int where):
+        cdef char *base = self._base(where)
+        cdef int k
+        for k in range(self.nmsgs):
+            if self.msgs[k].where == where:
+                self.msgs[k].q.buf = base + self.msgs[k].off if base != NULL else NULL
 
-    cdef int _bind(self, object buf) except -1:
-        """Describe buf as the in/out buffer: 1, or 0 when it does not fit."""
+    cdef int _bind(self, object buf, bint inbuf) except -1:
+        """Describe buf as the in/out (or input) buffer: 1, or 0 when it does not fit."""
         cdef Py_buffer v
+        cdef int flags = PyBUF_C_CONTIGUOUS if inbuf else PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE
         try:
-            PyObject_GetBuffer(buf, &v, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+            PyObject_GetBuffer(buf, &v, flags)
         except (BufferError, ValueError, TypeError):
             return 0
-        if <uint64_t>v.len != self.nbytes:
+        if <uint64_t>v.len != (self.in_nbytes if inbuf else self.nbytes):
             PyBuffer_Release(&v)
             return 0
-        if self.has_buf:
-            PyBuffer_Release(&self.buf_view)
-        self.buf_view = v
-        self.has_buf = True
-        self.bound = buf
-        for i in range(self.n):
-            if self.steps[i].ranged:
-                self.steps[i].sq.buf = <char *>v.buf + self.steps[i].s_off
-                self.steps[i].rq.buf = <char *>v.buf + self.steps[i].r_off
-            else:
-                self.steps[i].sq.buf = <char *>v.buf
+        if inbuf:
+            if self.has_in:
+                PyBuffer_Release(&self.in_view)
+            self.in_view = v
+            self.has_in = True
+            self.bound_in = buf
+            self._rebase(B_IN)
+        else:
+            if self.has_buf:
+                PyBuffer_Release(&self.buf_view)
+            self.buf_view = v
+            self.has_buf = True
+            self.bound = buf
+            self._rebase(B_BUF)
         return 1
 
     cdef void _detach(self, int i):
         """Step i stopped: its requests become ordinary ones, handed over."""
-        cdef Request rq = <Request>self.reqs[2 * i]
-        cdef Request sq = <Request>self.reqs[2 * i + 1]
+        cdef step_t *s = &self.steps[i]
         cdef eng_t *E = self.eng.E
+        cdef Request q
+        cdef int k
+        out = []
         with nogil:
             pthread_mutex_lock(&E.lock)
-            rq.r.persistent = False
-            sq.r.persistent = False
+            for k in range(s.first, s.first + s.nmsg):
+                self.msgs[k].q.persistent = False
             pthread_mutex_unlock(&E.lock)
-        rq.keep = self.bound if self.steps[i].ranged else self.tmp
-        sq.keep = self.bound
-        if rq.r.state < S_DONE:
-            self.eng.live.add(rq)
-        if sq.r.state < S_DONE:
-            self.eng.live.add(sq)
-        self.detached = (rq, sq)
-        self._fresh(i)
+        for k in range(s.first, s.first + s.nmsg):
+            q = <Request>self.reqs[k]
+            where = self.msgs[k].where
+            q.keep = self.tmp if where == B_TMP else (self.bound_in if where == B_IN
+                                                      else self.bound)
+            if q.r.state < S_DONE:
+                self.eng.live.add(q)
+            out.append(q)
+            self._fresh(k)
+        self.detached = out
 
-    def run(self, buf, uint64_t meta, double wait, int first=0, last=None, uint64_t meta2=0):
+    def run(self, buf, uint64_t meta, double wait, int first=0, last=None, uint64_t meta2=0,
+            inbuf=None):
         cdef eng_t *E = self.eng.E
         cdef int stop = self.n if last is None else min(<int>last, self.n)
         cdef int at = first
@@ -240,17 +298,23 @@ cdef class ExchangeChain:
         cdef int64_t deadline = 0
         cdef int64_t wait_ns = <int64_t>(wait * 1e9)
         cdef bint posted = False
-        if buf is not self.bound and not self._bind(buf):
+        cdef char *base
+        cdef char *tbase
+        if buf is not self.bound and not self._bind(buf, False):
+            return -1
+        if self.uses_in and inbuf is not self.bound_in and not self._bind(inbuf, True):
             return -1
         if E == NULL or E.closed:
             raise _errors().CommError("the communicator is closed")
         self.detached = None
         if at >= stop:
             return stop
+        base = <char *>self.buf_view.buf
+        tbase = <char *>self.tmp_view.buf if self.has_tmp else NULL
         while True:
             with nogil:
-                rc = chain_go(E, self.steps, &at, stop, meta, meta2, self.nbytes, self.count, wait_ns,
-                              &deadline, posted)
+                rc = chain_go(E, self.steps, self.msgs, &at, stop, meta, meta2, self.count,
+                              base, tbase, wait_ns, &deadline, posted)
             if rc == CH_DONE:
                 return stop
             if rc == CH_STOP:
@@ -264,42 +328,68 @@ cdef class ExchangeChain:
             posted = True
 
     def release(self):
-        """Forget the in/out buffer last run on (a large one should not stay alive
-        because a chain once saw it); the next run binds its buffer again.  Safe
-        after any run: run() never leaves a request of the chain posted, and
-        requests it handed over keep their own reference."""
-        if not self.has_buf:
-            return
-        PyBuffer_Release(&self.buf_view)
-        self.has_buf = False
-        self.bound = None
-        for i in range(self.n):
-            self.steps[i].sq.buf = NULL
-            if self.steps[i].ranged:
-                self.steps[i].rq.buf = NULL
+        """Forget the buffers last run on (a large one should not stay alive because
+        a chain once saw it); the next run binds its buffers again.  Safe after
+        any run: run() never leaves a request of the chain posted, and requests
+        it handed over keep their own reference."""
+        if self.has_buf:
+            PyBuffer_Release(&self.buf_view)
+            self.has_buf = False
+            self.bound = None
+            self._rebase(B_BUF)
+        if self.has_in:
+            PyBuffer_Release(&self.in_view)
+            self.has_in = False
+            self.bound_in = None
+            self._rebase(B_IN)
 
     def handover(self):
-        """(recv, send) Requests of the step the last run stopped at (once), else None."""
+        """The Requests of the step the last run stopped at, one per message in the
+        step's order (once), else None."""
         out, self.detached = self.detached, None
         return out
 
 
+cdef list _chain_messages(steps):
+    """Every step as ([(send, peer, where, off, len, rhook)], hook)."""
+    out = []
+    for st in steps:
+        if len(st) == 3:                    # (dst, src, hook): tmp in, the in/out buffer out
+            out.append(([(False, st[1], B_TMP, 0, -1, 0), (True, st[0], B_BUF, 0, -2, 0)], st[2]))
+        elif len(st) == 7:                  # ranged: (dst, src, s_off, s_len, r_off, r_len, rhook)
+            out.append(([(False, st[1], B_BUF, st[4], st[5], st[6]),
+                         (True, st[0], B_BUF, st[2], st[3], 0)], 0))
+        elif len(st) == 2 and isinstance(st[0], (list, tuple)):
+            out.append(([tuple(m) for m in st[0]], st[1]))
+        else:
+            raise ValueError(f"a chain step is (dst, src, hook), (dst, src, s_off, s_len, r_off, "
+                             f"r_len, rhook) or ([(send, peer, where, off, len, rhook)...], hook), "
+                             f"got {st!r}")
+    return out
+
+
 cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ctx, int tag,
-                              rank_of, int64_t nbytes, int itemsize):
+                              rank_of, int64_t nbytes, int itemsize, int64_t in_nbytes=-1):
     cdef ExchangeChain ch = ExchangeChain.__new__(ExchangeChain)
     cdef int i
-    cdef step_t *s
-    steps = [tuple(st) for st in steps]
+    cdef int k = 0
+    cdef msg_t *m
+    cdef uint64_t tmp_len = 0
     if eng.E == NULL or eng.E.closed:
         raise _errors().CommError("the communicator is closed")
     if tag < 0:
         raise ValueError(f"tag must be >= 0, got {tag}")
-    for st in steps:
-        if len(st) not in (3, 7):
-            raise ValueError(f"a chain step is (dst, src, hook) or (dst, src, s_off, s_len, "
-                             f"r_off, r_len, rhook), got {st!r}")
-        eng._check_rank(st[0], "dst")
-        eng._check_rank(st[1], "src")
+    parsed = _chain_messages(steps)
+    for msgs, _ in parsed:
+        for msg in msgs:
+            if len(msg) != 6 or msg[2] not in (B_BUF, B_IN, B_TMP):
+                raise ValueError(f"a chain message is (send, peer, where 0/1/2, off, len, "
+                                 f"rhook), got {msg!r}")
+            eng._check_rank(msg[1], "dst" if msg[0] else "src")
+            if msg[2] == B_IN and not msg[0]:
+                raise ValueError("a chain receives into the in/out buffer or tmp, never the input")
+            if msg[2] == B_TMP and tmp is None:
+                raise ValueError("a chain message in tmp needs tmp")
     ch.eng = eng
     ch.ctx = ctx
     ch.tag = tag
@@ -312,33 +402,48 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
         except (BufferError, ValueError) as exc:
             raise ValueError(_buffer_problem(tmp, True, exc)) from None
         ch.has_tmp = True
-        ch.nbytes = <uint64_t>ch.tmp_view.len
-    elif nbytes < 0 or any(len(st) == 3 for st in steps):
-        raise ValueError("a chain without tmp has only ranged steps and needs nbytes")
+        tmp_len = <uint64_t>ch.tmp_view.len
+        ch.nbytes = tmp_len
+    elif nbytes < 0:
+        raise ValueError("a chain without tmp needs nbytes")
     if nbytes >= 0:
         ch.nbytes = <uint64_t>nbytes
+    ch.in_nbytes = <uint64_t>in_nbytes if in_nbytes >= 0 else 0
     ch.itemsize = itemsize
-    ch.n = len(steps)
+    ch.n = len(parsed)
+    ch.nmsgs = sum(len(msgs) for msgs, _ in parsed)
     ch.steps = <step_t *>calloc(max(ch.n, 1), sizeof(step_t))
-    if ch.steps == NULL:
+    ch.msgs = <msg_t *>calloc(max(ch.nmsgs, 1), sizeof(msg_t))
+    if ch.steps == NULL or ch.msgs == NULL:
         raise MemoryError()
-    ch.reqs = [None] * (2 * ch.n)
-    for i, st in enumerate(steps):
-        s = &ch.steps[i]
-        s.dst = st[0]
-        s.src = st[1]
-        if len(st) == 3:
-            s.hook = <combine_fn><size_t>st[2]
-        else:
-            _check_range(st[2], st[3], ch.nbytes, itemsize)
-            _check_range(st[4], st[5], ch.nbytes, itemsize)
-            if st[6] and not combinable_size(itemsize):
+    ch.reqs = [None] * ch.nmsgs
+    for i, (msgs, hook) in enumerate(parsed):
+        ch.steps[i].first = k
+        ch.steps[i].nmsg = len(msgs)
+        ch.steps[i].hook = <combine_fn><size_t>hook
+        for send, peer, where, off, length, rhook in msgs:
+            if length == -1:                # the legacy whole-buffer step's sizes
+                length = tmp_len
+            elif length == -2:
+                length = ch.nbytes
+            size = tmp_len if where == B_TMP else (ch.in_nbytes if where == B_IN else ch.nbytes)
+            _check_range(off, length, size, itemsize if rhook else 0)
+            if rhook and not combinable_size(itemsize):
                 raise ValueError(f"reduce-receive steps need an element size dividing 64, "
                                  f"got {itemsize}")
-            s.ranged = True
-            s.s_off, s.s_len, s.r_off, s.r_len = st[2], st[3], st[4], st[5]
-            s.rhook = <combine_fn><size_t>st[6]
-        ch._fresh(i)
+            m = &ch.msgs[k]
+            m.send = bool(send)
+            m.peer = peer
+            m.where = where
+            m.off = off
+            m.len = length
+            m.rhook = NULL
+            if not send:
+                m.rhook = <combine_fn><size_t>rhook
+            if where == B_IN:
+                ch.uses_in = True
+            ch._fresh(k)
+            k += 1
     return ch
 
 
