@@ -230,7 +230,8 @@ class Communicator:
         plans; transport/chain.pxi, Engine.exchange_chain): steps are (dst, src,
         hook address) with tmp the receive buffer and count the hook's element
         count; ranged steps (dst, src, s_off, s_len, r_off, r_len, rhook) within
-        an nbytes buffer; or ([(send, peer, where, off, len, rhook), ...], hook)."""
+        an nbytes buffer; or ([(kind, peer, where, off, len, rhook[, src_where, src_off]), ...],
+        hook) (Engine.exchange_chain)."""
         out = []
         for st in steps:
             if len(st) == 2 and isinstance(st[0], (list, tuple)):

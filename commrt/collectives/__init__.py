@@ -48,7 +48,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from commrt.collectives import _small, registry
+from commrt.collectives import _small, plans, registry
 
 # Import every algorithm package now, before the functions below are defined:
 # importing a subpackage for the first time sets the package attribute of its
@@ -172,6 +172,35 @@ def _pick(collective, comm, algorithm, nbytes, timeout=None):
     return algorithm, registry.module(collective, algorithm)
 
 
+def _planned(comm, key, out, inbuf):
+    """Run the call along its prepared plan (collectives/plans.py) if it has one and
+    may take it now: True when done."""
+    st = comm.state.get("collectives")
+    if st is None or st.pending or st.poisoned is not None:
+        return False
+    try:
+        plan = st.small.get(key)
+    except TypeError:                       # an unhashable op: the general path names it
+        return False
+    return plan is not None and plans.run(comm, st, plan, out, inbuf)
+
+
+def _plan_key(comm, algorithm, timeout, async_op, root, *parts):
+    """The plan key of a call that may take a plan (else None): no algorithm,
+    timeout or async_op given, an int root, NumPy arrays (or None)."""
+    if algorithm is not None or timeout is not None or async_op or type(root) is not int:
+        return None
+    key = [root]
+    for a in parts:
+        if type(a) is _ndarray:
+            key.append((a.shape, a.dtype))
+        elif a is None:
+            key.append(None)
+        else:
+            return None
+    return tuple(key)
+
+
 # -- buffer collectives ----------------------------------------------------------
 @entry
 def barrier(comm, *, timeout=None, async_op=False):
@@ -190,9 +219,17 @@ def barrier(comm, *, timeout=None, async_op=False):
 @entry
 def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Copy root's buf into every rank's buf."""
+    key = _plan_key(comm, algorithm, timeout, async_op, root, buf)
+    if key is not None and buf is not None:
+        key = ("broadcast",) + key
+        if _planned(comm, key, buf, None):
+            return buf
     root = _check_root(comm, root)
     flat, done = _host(buf, "buf", comm.rank != root)
     algo, mod = _pick("broadcast", comm, algorithm, flat.nbytes, timeout)
+    if key is not None:
+        plans.prepare(comm, state_of(comm), key, "broadcast", algo, flat.size, flat.dtype,
+                      flat.nbytes, -1, flat.size, flat.size, root)
     call = Call(comm, "broadcast", count=flat.size, dtype=flat.dtype, root=root, algo=algo,
                 timeout=timeout)
 
@@ -207,10 +244,21 @@ def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False
 def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     """Combine every rank's buf element-wise with op; the result replaces root's buf
     (other ranks' buffers are left unchanged)."""
+    key = _plan_key(comm, algorithm, timeout, async_op, root, buf)
+    if key is not None and buf is not None:
+        key = ("reduce", op) + key
+        at_root = comm.rank == root
+        if _planned(comm, key, buf if at_root else None, None if at_root else buf):
+            return buf
     root = _check_root(comm, root)
     flat, done = _host(buf, "buf", comm.rank == root)
     op, red = _reducer(comm, op, flat.dtype)
     algo, mod = _pick("reduce", comm, algorithm, flat.nbytes, timeout)
+    if key is not None:
+        at_root = comm.rank == root
+        plans.prepare(comm, state_of(comm), key, "reduce", algo, flat.size, flat.dtype,
+                      flat.nbytes if at_root else -1, -1 if at_root else flat.nbytes,
+                      flat.size, flat.size, root, op, red.hook)
     call = Call(comm, "reduce", count=flat.size, dtype=flat.dtype, op=op, root=root, algo=algo,
                 timeout=timeout)
 
@@ -293,12 +341,20 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
 @entry
 def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """out (size·len(buf) elements) receives every rank's buf in rank order."""
+    key = _plan_key(comm, algorithm, timeout, async_op, 0, out, buf)
+    if key is not None and out is not None and buf is not None:
+        key = ("all_gather",) + key
+        if _planned(comm, key, out, buf):
+            return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
     if oflat.size != comm.size * flat.size or oflat.dtype != flat.dtype:
         raise ValueError(f"all_gather: out must hold {comm.size} x {flat.size} elements of "
                          f"{flat.dtype}, got {oflat.size} of {oflat.dtype}")
     algo, mod = _pick("all_gather", comm, algorithm, oflat.nbytes, timeout)
+    if key is not None:
+        plans.prepare(comm, state_of(comm), key, "all_gather", algo, flat.size, flat.dtype,
+                      oflat.nbytes, flat.nbytes, flat.size, flat.size)
     call = Call(comm, "all_gather", count=flat.size, dtype=flat.dtype, algo=algo, timeout=timeout)
 
     def run():
@@ -311,6 +367,12 @@ def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
 @entry
 def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Root's out (size·len(buf) elements) receives every rank's buf in rank order."""
+    mine = out if comm.rank == root else None
+    key = _plan_key(comm, algorithm, timeout, async_op, root, buf, mine)
+    if key is not None and buf is not None:
+        key = ("gather",) + key
+        if _planned(comm, key, mine, buf):
+            return mine
     root = _check_root(comm, root)
     flat, _ = _host(buf, "buf", False)
     oflat, done = None, _noop
@@ -322,6 +384,10 @@ def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_o
             raise ValueError(f"gather: out must hold {comm.size} x {flat.size} elements of "
                              f"{flat.dtype}, got {oflat.size} of {oflat.dtype}")
     algo, mod = _pick("gather", comm, algorithm, flat.nbytes * comm.size, timeout)
+    if key is not None and (oflat is not None or comm.rank != root):
+        plans.prepare(comm, state_of(comm), key, "gather", algo, flat.size, flat.dtype,
+                      -1 if oflat is None else oflat.nbytes, flat.nbytes, flat.size,
+                      flat.size, root)
     call = Call(comm, "gather", count=flat.size, dtype=flat.dtype, root=root, algo=algo,
                 timeout=timeout)
 
@@ -335,6 +401,12 @@ def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_o
 @entry
 def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Rank i's out receives block i of root's buf (size·len(out) elements)."""
+    mine = buf if comm.rank == root else None
+    key = _plan_key(comm, algorithm, timeout, async_op, root, out, mine)
+    if key is not None and out is not None:
+        key = ("scatter",) + key
+        if _planned(comm, key, out, mine):
+            return out
     root = _check_root(comm, root)
     oflat, done = _host(out, "out", True)
     flat = None
@@ -346,6 +418,10 @@ def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_
             raise ValueError(f"scatter: buf must hold {comm.size} x {oflat.size} elements of "
                              f"{oflat.dtype}, got {flat.size} of {flat.dtype}")
     algo, mod = _pick("scatter", comm, algorithm, oflat.nbytes * comm.size, timeout)
+    if key is not None:
+        plans.prepare(comm, state_of(comm), key, "scatter", algo, oflat.size, oflat.dtype,
+                      oflat.nbytes, -1 if flat is None else flat.nbytes, oflat.size,
+                      oflat.size, root)
     call = Call(comm, "scatter", count=oflat.size, dtype=oflat.dtype, root=root, algo=algo,
                 timeout=timeout)
 
@@ -359,6 +435,11 @@ def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_
 @entry
 def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     """buf holds size·len(out) elements; rank i's out gets block i reduced over all ranks."""
+    key = _plan_key(comm, algorithm, timeout, async_op, 0, out, buf)
+    if key is not None and out is not None and buf is not None:
+        key = ("reduce_scatter", op) + key
+        if _planned(comm, key, out, buf):
+            return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
     if flat.size != comm.size * oflat.size or flat.dtype != oflat.dtype:
@@ -366,6 +447,10 @@ def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asyn
                          f"{oflat.dtype}, got {flat.size} of {flat.dtype}")
     op, red = _reducer(comm, op, flat.dtype)
     algo, mod = _pick("reduce_scatter", comm, algorithm, flat.nbytes, timeout)
+    if key is not None:
+        plans.prepare(comm, state_of(comm), key, "reduce_scatter", algo, oflat.size,
+                      flat.dtype, oflat.nbytes, flat.nbytes, flat.size, oflat.size, 0, op,
+                      red.hook)
     call = Call(comm, "reduce_scatter", count=oflat.size, dtype=flat.dtype, op=op, algo=algo,
                 timeout=timeout)
 
@@ -381,6 +466,11 @@ def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asyn
 @entry
 def all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """Block j of rank i's buf lands in block i of rank j's out (size blocks each)."""
+    key = _plan_key(comm, algorithm, timeout, async_op, 0, out, buf)
+    if key is not None and out is not None and buf is not None:
+        key = ("all_to_all",) + key
+        if _planned(comm, key, out, buf):
+            return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
     if flat.size != oflat.size or flat.dtype != oflat.dtype or flat.size % comm.size:
@@ -388,6 +478,10 @@ def all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
                          f"elements of one dtype, got {flat.size} {flat.dtype} and "
                          f"{oflat.size} {oflat.dtype}")
     algo, mod = _pick("all_to_all", comm, algorithm, flat.nbytes, timeout)
+    if key is not None:
+        plans.prepare(comm, state_of(comm), key, "all_to_all", algo, flat.size, flat.dtype,
+                      oflat.nbytes, flat.nbytes, flat.size // comm.size,
+                      flat.size // comm.size)
     call = Call(comm, "all_to_all", count=flat.size, dtype=flat.dtype, algo=algo,
                 timeout=timeout)
 

@@ -620,8 +620,10 @@ cdef class Engine:
                        int64_t nbytes=-1, int itemsize=0, int64_t in_nbytes=-1):
         """Bind a chain of steps once -> ExchangeChain (chain.pxi).
 
-        A step is ([(send, peer, where, off, len, rhook), ...], hook): its
-        messages, each sending or receiving bytes [off, off+len) of the
+        A step is ([(kind, peer, where, off, len, rhook[, src_where, src_off]),
+        ...], hook): its messages, each receiving (kind 0), sending (1) or
+        copying locally from [src_off, +len) of src_where (2, no peer) bytes
+        [off, off+len) of the
         in/out buffer (where 0: nbytes long, bound at each run), the input
         buffer (1: in_nbytes long, bound at each run, sent from only) or tmp
         (2), a receive combining as it lands with the C loop rhook over

@@ -10,7 +10,9 @@
 # first), waits for all of them (spin, then sleep: block()), checks every
 # receive, and calls the step's completion hook, before going on.
 #
-# A message sends or receives a byte range of one of three buffers: the
+# A message sends, receives or locally copies a byte range of one of three
+# buffers (a copy: from another range, done as its step is posted, before
+# its sends: an all-gather's own block, a reduce-scatter's start): the
 # in/out buffer (B_BUF, bound at each run, writable), the input buffer (B_IN,
 # bound at each run, only sent from: a gather's or all-to-all's source) and
 # tmp (B_TMP, bound at set-up: scratch).  A receive may combine as the data
@@ -41,19 +43,26 @@ cdef enum:
     CH_SLICE = 2        # step *at is still waiting: check for signals, then wait on
 
 cdef enum:
+    M_RECV = 0
+    M_SEND = 1
+    M_COPY = 2          # a local copy (no request): done when the step is posted
+
+cdef enum:
     B_BUF = 0           # the in/out buffer of a run
     B_IN = 1            # the input buffer of a run (sent from only)
     B_TMP = 2           # scratch bound at set-up
 
 
 cdef struct msg_t:
-    bint send
+    int kind            # M_RECV, M_SEND, M_COPY
     int peer
     int where           # B_BUF, B_IN or B_TMP
     uint64_t off
     uint64_t len
     combine_fn rhook    # a receive that combines with this loop (NULL: copies)
-    req_t *q
+    int src_where       # M_COPY: from [src_off, +len) of this buffer
+    uint64_t src_off
+    req_t *q            # NULL for a copy
 
 
 cdef struct step_t:
@@ -78,13 +87,17 @@ cdef inline void reset_req(req_t *r, uint64_t meta, uint64_t meta2) noexcept nog
     r.nbytes = r.cap if r.kind == K_SEND else 0
 
 
-cdef inline void post_step(eng_t *E, step_t *s, msg_t *msgs, uint64_t meta,
+cdef inline void post_step(eng_t *E, step_t *s, msg_t *msgs, char **bases, uint64_t meta,
                            uint64_t meta2) noexcept nogil:
     cdef int j
     cdef req_t *q
     for j in range(s.first, s.first + s.nmsg):
         q = msgs[j].q
-        if msgs[j].send:
+        if msgs[j].kind == M_COPY:
+            if msgs[j].len:
+                memmove(bases[msgs[j].where] + msgs[j].off,
+                        bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
+        elif msgs[j].kind == M_SEND:
             reset_req(q, meta, meta2)
         else:
             reset_req(q, 0, 0)
@@ -92,9 +105,9 @@ cdef inline void post_step(eng_t *E, step_t *s, msg_t *msgs, uint64_t meta,
             q.want_meta2 = meta2
     pthread_mutex_lock(&E.lock)
     for j in range(s.first, s.first + s.nmsg):
-        if msgs[j].send:
+        if msgs[j].kind == M_SEND:
             post_send(E, msgs[j].q)
-        else:
+        elif msgs[j].kind == M_RECV:
             post_recv(E, msgs[j].q)
     pthread_mutex_unlock(&E.lock)
 
@@ -104,15 +117,17 @@ cdef inline bint step_clean(step_t *s, msg_t *msgs, uint64_t meta, uint64_t meta
     cdef req_t *q
     for j in range(s.first, s.first + s.nmsg):
         q = msgs[j].q
+        if q == NULL:
+            continue
         if q.state != S_DONE:
             return False
-        if not msgs[j].send and (q.meta != meta or q.meta2 != meta2 or q.nbytes != msgs[j].len):
+        if msgs[j].kind == M_RECV and (q.meta != meta or q.meta2 != meta2 or q.nbytes != msgs[j].len):
             return False
     return True
 
 
 cdef int chain_go(eng_t *E, step_t *steps, msg_t *msgs, int *at, int last, uint64_t meta,
-                  uint64_t meta2, int64_t count, char *buf, char *tmp, int64_t wait_ns,
+                  uint64_t meta2, int64_t count, char **bases, int64_t wait_ns,
                   int64_t *deadline, bint posted) noexcept nogil:
     """Run steps *at .. last-1 (the first already posted if `posted`)."""
     cdef int i = at[0]
@@ -122,21 +137,21 @@ cdef int chain_go(eng_t *E, step_t *steps, msg_t *msgs, int *at, int last, uint6
     while i < last:
         s = &steps[i]
         if not posted:
-            post_step(E, s, msgs, meta, meta2)
+            post_step(E, s, msgs, bases, meta, meta2)
             deadline[0] = now_ns() + wait_ns
         posted = False
         slice_end = now_ns() + 200000000        # check for signals (Ctrl-C) every 200 ms
         if slice_end > deadline[0]:
             slice_end = deadline[0]
         for j in range(s.first, s.first + s.nmsg):
-            if msgs[j].q.state < S_DONE and not block(E, msgs[j].q, slice_end, True):
+            if msgs[j].q != NULL and msgs[j].q.state < S_DONE and not block(E, msgs[j].q, slice_end, True):
                 at[0] = i
                 return CH_SLICE if now_ns() < deadline[0] else CH_STOP
         if not step_clean(s, msgs, meta, meta2):
             at[0] = i
             return CH_STOP
         if s.hook != NULL:
-            s.hook(buf, tmp, count)
+            s.hook(bases[B_BUF], bases[B_TMP], count)
         i += 1
     at[0] = i
     return CH_DONE
@@ -169,6 +184,7 @@ cdef class ExchangeChain:
     cdef Py_buffer in_view
     cdef bint has_in
     cdef bint uses_in
+    cdef bint uses_buf
     cdef uint64_t nbytes
     cdef uint64_t in_nbytes
     cdef int64_t count
@@ -214,10 +230,14 @@ cdef class ExchangeChain:
         """A new request for message k (its old one was detached, or none yet)."""
         cdef msg_t *m = &self.msgs[k]
         cdef char *base = self._base(m.where)
-        cdef Request q = Request.__new__(Request)
+        cdef Request q
+        if m.kind == M_COPY:
+            m.q = NULL
+            return
+        q = Request.__new__(Request)
         q.eng = self.eng
         q.rank_of = self.rank_of
-        q.r.kind = K_SEND if m.send else K_RECV
+        q.r.kind = K_SEND if m.kind == M_SEND else K_RECV
         q.r.peer = m.peer
         q.r.ctx = self.ctx
         q.r.tag = self.tag
@@ -226,7 +246,7 @@ cdef class ExchangeChain:
         q.r.cap = m.len
         q.r.persistent = True
         q.r.pyobj = <void *>q
-        if not m.send:
+        if m.kind == M_RECV:
             q.r.hook = m.rhook
             q.r.itemsize = self.itemsize
         self.reqs[k] = q
@@ -236,7 +256,7 @@ cdef class ExchangeChain:
         cdef char *base = self._base(where)
         cdef int k
         for k in range(self.nmsgs):
-            if self.msgs[k].where == where:
+            if self.msgs[k].where == where and self.msgs[k].q != NULL:
                 self.msgs[k].q.buf = base + self.msgs[k].off if base != NULL else NULL
 
     cdef int _bind(self, object buf, bint inbuf) except -1:
@@ -276,9 +296,12 @@ cdef class ExchangeChain:
         with nogil:
             pthread_mutex_lock(&E.lock)
             for k in range(s.first, s.first + s.nmsg):
-                self.msgs[k].q.persistent = False
+                if self.msgs[k].q != NULL:
+                    self.msgs[k].q.persistent = False
             pthread_mutex_unlock(&E.lock)
         for k in range(s.first, s.first + s.nmsg):
+            if self.msgs[k].kind == M_COPY:
+                continue
             q = <Request>self.reqs[k]
             where = self.msgs[k].where
             q.keep = self.tmp if where == B_TMP else (self.bound_in if where == B_IN
@@ -298,9 +321,8 @@ cdef class ExchangeChain:
         cdef int64_t deadline = 0
         cdef int64_t wait_ns = <int64_t>(wait * 1e9)
         cdef bint posted = False
-        cdef char *base
-        cdef char *tbase
-        if buf is not self.bound and not self._bind(buf, False):
+        cdef char *bases[3]
+        if self.uses_buf and buf is not self.bound and not self._bind(buf, False):
             return -1
         if self.uses_in and inbuf is not self.bound_in and not self._bind(inbuf, True):
             return -1
@@ -309,12 +331,13 @@ cdef class ExchangeChain:
         self.detached = None
         if at >= stop:
             return stop
-        base = <char *>self.buf_view.buf
-        tbase = <char *>self.tmp_view.buf if self.has_tmp else NULL
+        bases[B_BUF] = self._base(B_BUF)
+        bases[B_IN] = self._base(B_IN)
+        bases[B_TMP] = self._base(B_TMP)
         while True:
             with nogil:
                 rc = chain_go(E, self.steps, self.msgs, &at, stop, meta, meta2, self.count,
-                              base, tbase, wait_ns, &deadline, posted)
+                              bases, wait_ns, &deadline, posted)
             if rc == CH_DONE:
                 return stop
             if rc == CH_STOP:
@@ -351,19 +374,22 @@ cdef class ExchangeChain:
 
 
 cdef list _chain_messages(steps):
-    """Every step as ([(send, peer, where, off, len, rhook)], hook)."""
+    """Every step as ([(kind, peer, where, off, len, rhook, src_where, src_off)], hook)."""
     out = []
     for st in steps:
         if len(st) == 3:                    # (dst, src, hook): tmp in, the in/out buffer out
-            out.append(([(False, st[1], B_TMP, 0, -1, 0), (True, st[0], B_BUF, 0, -2, 0)], st[2]))
+            out.append(([(M_RECV, st[1], B_TMP, 0, -1, 0, 0, 0),
+                         (M_SEND, st[0], B_BUF, 0, -2, 0, 0, 0)], st[2]))
         elif len(st) == 7:                  # ranged: (dst, src, s_off, s_len, r_off, r_len, rhook)
-            out.append(([(False, st[1], B_BUF, st[4], st[5], st[6]),
-                         (True, st[0], B_BUF, st[2], st[3], 0)], 0))
+            out.append(([(M_RECV, st[1], B_BUF, st[4], st[5], st[6], 0, 0),
+                         (M_SEND, st[0], B_BUF, st[2], st[3], 0, 0, 0)], 0))
         elif len(st) == 2 and isinstance(st[0], (list, tuple)):
-            out.append(([tuple(m) for m in st[0]], st[1]))
+            out.append(([tuple(m) + (0, 0)[len(m) - 6:] if len(m) >= 6 else tuple(m)
+                         for m in st[0]], st[1]))
         else:
             raise ValueError(f"a chain step is (dst, src, hook), (dst, src, s_off, s_len, r_off, "
-                             f"r_len, rhook) or ([(send, peer, where, off, len, rhook)...], hook), "
+                             f"r_len, rhook) or ([(kind, peer, where, off, len, rhook[, src_where, "
+                             f"src_off])...], hook), "
                              f"got {st!r}")
     return out
 
@@ -380,16 +406,21 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
     if tag < 0:
         raise ValueError(f"tag must be >= 0, got {tag}")
     parsed = _chain_messages(steps)
-    for msgs, _ in parsed:
+    uses_buf = False
+    for msgs, hook in parsed:
+        uses_buf = uses_buf or bool(hook)
         for msg in msgs:
-            if len(msg) != 6 or msg[2] not in (B_BUF, B_IN, B_TMP):
-                raise ValueError(f"a chain message is (send, peer, where 0/1/2, off, len, "
-                                 f"rhook), got {msg!r}")
-            eng._check_rank(msg[1], "dst" if msg[0] else "src")
-            if msg[2] == B_IN and not msg[0]:
-                raise ValueError("a chain receives into the in/out buffer or tmp, never the input")
-            if msg[2] == B_TMP and tmp is None:
+            if len(msg) != 8 or msg[0] not in (M_RECV, M_SEND, M_COPY) \
+                    or msg[2] not in (B_BUF, B_IN, B_TMP) or msg[6] not in (B_BUF, B_IN, B_TMP):
+                raise ValueError(f"a chain message is (kind 0 recv/1 send/2 copy, peer, where "
+                                 f"0/1/2, off, len, rhook[, src_where, src_off]), got {msg!r}")
+            if msg[0] != M_COPY:
+                eng._check_rank(msg[1], "dst" if msg[0] == M_SEND else "src")
+            if msg[2] == B_IN and msg[0] != M_SEND:
+                raise ValueError("a chain writes into the in/out buffer or tmp, never the input")
+            if (msg[2] == B_TMP or (msg[0] == M_COPY and msg[6] == B_TMP)) and tmp is None:
                 raise ValueError("a chain message in tmp needs tmp")
+            uses_buf = uses_buf or msg[2] == B_BUF or (msg[0] == M_COPY and msg[6] == B_BUF)
     ch.eng = eng
     ch.ctx = ctx
     ch.tag = tag
@@ -410,6 +441,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
         ch.nbytes = <uint64_t>nbytes
     ch.in_nbytes = <uint64_t>in_nbytes if in_nbytes >= 0 else 0
     ch.itemsize = itemsize
+    ch.uses_buf = uses_buf
     ch.n = len(parsed)
     ch.nmsgs = sum(len(msgs) for msgs, _ in parsed)
     ch.steps = <step_t *>calloc(max(ch.n, 1), sizeof(step_t))
@@ -421,26 +453,30 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
         ch.steps[i].first = k
         ch.steps[i].nmsg = len(msgs)
         ch.steps[i].hook = <combine_fn><size_t>hook
-        for send, peer, where, off, length, rhook in msgs:
+        for kind, peer, where, off, length, rhook, src_where, src_off in msgs:
             if length == -1:                # the legacy whole-buffer step's sizes
                 length = tmp_len
             elif length == -2:
                 length = ch.nbytes
-            size = tmp_len if where == B_TMP else (ch.in_nbytes if where == B_IN else ch.nbytes)
-            _check_range(off, length, size, itemsize if rhook else 0)
+            sizes = (ch.nbytes, ch.in_nbytes, tmp_len)
+            _check_range(off, length, sizes[where], itemsize if rhook else 0)
+            if kind == M_COPY:
+                _check_range(src_off, length, sizes[src_where], 0)
             if rhook and not combinable_size(itemsize):
                 raise ValueError(f"reduce-receive steps need an element size dividing 64, "
                                  f"got {itemsize}")
             m = &ch.msgs[k]
-            m.send = bool(send)
+            m.kind = kind
             m.peer = peer
             m.where = where
             m.off = off
             m.len = length
+            m.src_where = src_where
+            m.src_off = src_off
             m.rhook = NULL
-            if not send:
+            if kind == M_RECV:
                 m.rhook = <combine_fn><size_t>rhook
-            if where == B_IN:
+            if where == B_IN or (kind == M_COPY and src_where == B_IN):
                 ch.uses_in = True
             ch._fresh(k)
             k += 1

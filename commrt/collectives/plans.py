@@ -1,0 +1,266 @@
+"""Prepared plans for broadcast, reduce, gather, scatter, all-gather,
+reduce-scatter and all-to-all, built from the chosen algorithm's own
+``schedule`` (the all-reduce's and the barrier's are in _small.py).
+
+The general path spends microseconds in Python before its first message
+(argument checks, the cost model, a Call object): several times the
+transport's own latency at small sizes.  So the first call of a given
+(collective, shapes, dtype, root, op) whose algorithm the cost model chose,
+and that has a schedule and a layout here, leaves a plan behind: the
+fingerprint without its sequence number and a persistent chain
+(``Channel.exchange_chain``, transport/chain.pxi) whose steps are the
+schedule's steps, each message a byte range of the output (the chain's
+in/out buffer), of the input (sent from only) or of the plan's scratch, a
+"combine" message a reduce-receive with the reduction's C loop, plus the
+local copies the algorithm makes (an all-gather's own block, Bruck's
+rotation).  A later blocking call with the same arguments, no ``timeout=``,
+no ``async_op=`` and no ``algorithm=``, stamps the sequence number and runs
+the chain: one C call.
+
+The messages, fingerprints and operand order are the general path's (the
+same schedule, the same reduce-receives), so ranks on either path
+interoperate and results are bitwise equal.  Anything unusual (no answer
+within the probe interval, an error, another fingerprint or size) stops the
+chain at that step and hands the step's requests and the rest of the
+schedule to a Call with the same sequence number, which waits, probes and
+reports exactly as the general path does.
+
+The chain waits for a step's sends before its next step, where the general
+path waits at the end of the call: the same messages, but a send that had
+to wait for its receiver's later step could deadlock.  Steps of these
+schedules are matched step for step or down a tree, except the direct
+reduce-scatter's (its sends go out in step 0, its receives are taken one
+peer after another), whose plan is therefore only made for blocks small
+enough to be sent eagerly (COMMRT_EAGER_LIMIT), which complete as posted.
+"""
+import numpy as np
+
+from commrt import config
+from commrt.collectives import _small
+from commrt.collectives.call import Call, Recv
+from commrt.collectives.fingerprint import DTYPE_CODE, SEQ_MASK, TAG, algo_code, kind_code, pack
+
+RECV, SEND, COPY = 0, 1, 2          # chain message kinds (transport/chain.pxi)
+BUF, IN, TMP = 0, 1, 2              # the output, the input, the plan's scratch
+MAX_BYTES = 16 << 20                # beyond, a plan saves under 0.1% of a call
+MAX_TMP_BYTES = 1 << 20             # a plan holding scratch keeps it: bounded
+
+
+class SchedPlan:
+    """One prepared collective: its fingerprint, its chain, the chain's steps
+    (message tuples, for the hand-over), and what follows a clean run."""
+    __slots__ = ("kind", "algo", "base", "meta2", "count", "dtype", "op", "root", "chain",
+                 "steps", "nsteps", "wait", "tmp", "isz", "avg", "large")
+
+    def __init__(self, comm, st, kind, algo, count, dtype, op, root, steps, tmp, nbytes,
+                 in_nbytes, avg):
+        self.kind, self.algo, self.count, self.dtype, self.op, self.root = (
+            kind, algo, count, np.dtype(dtype), op, root)
+        self.base, self.meta2 = pack(0, kind_code(kind), algo_code(kind, algo), count,
+                                     DTYPE_CODE.get(self.dtype, 63),
+                                     op.value if op is not None else 0, root)
+        self.steps, self.nsteps, self.tmp = steps, len(steps), tmp
+        self.isz = self.dtype.itemsize
+        self.chain = comm.channel.exchange_chain([(msgs, 0) for msgs in steps], tmp, 0, TAG,
+                                                 nbytes, self.isz, in_nbytes)
+        self.wait = min(st.probe_s, st.timeout)
+        self.avg = avg
+        self.large = max(nbytes, in_nbytes) > _small.RANGED_MAX_BYTES // 16
+
+
+# -- layouts: an algorithm's schedule as chain messages ----------------------------------
+def _msgs(step, isz, where_recv, where_send, hook=0):
+    out = []
+    for m in step:
+        if m.op == "send":
+            out.append((SEND, m.peer, where_send, m.lo * isz, (m.hi - m.lo) * isz, 0))
+        else:
+            out.append((RECV, m.peer, where_recv, m.lo * isz, (m.hi - m.lo) * isz,
+                        hook if m.op == "combine" else 0))
+    return out
+
+
+def _copy(rank, where, off, src_where, src_off, nbytes):
+    return (COPY, rank, where, off, nbytes, 0, src_where, src_off)
+
+
+def _broadcast(n, r, sched, m, isz, root, hook):
+    return [_msgs(s, isz, BUF, BUF) for s in sched], None
+
+
+def _gather(n, r, sched, m, isz, root, hook):
+    if r != root:
+        return [_msgs(s, isz, BUF, IN) for s in sched], None
+    steps = [_msgs(s, isz, BUF, IN) for s in sched]
+    steps[0].insert(0, _copy(r, BUF, root * m * isz, IN, 0, m * isz))
+    return steps, None
+
+
+def _scatter(n, r, sched, m, isz, root, hook):
+    steps = [_msgs(s, isz, BUF, IN) for s in sched]
+    if r == root:
+        steps[0].insert(0, _copy(r, BUF, 0, IN, root * m * isz, m * isz))
+    return steps, None
+
+
+def _all_gather_bruck(n, r, sched, m, isz, root, hook):
+    b = m * isz
+    steps = [_msgs(s, isz, TMP, TMP) for s in sched]
+    steps[0].insert(0, _copy(r, TMP, 0, IN, 0, b))
+    # work block i is rank r+i's: rotate into place
+    steps.append([_copy(r, BUF, r * b, TMP, 0, (n - r) * b),
+                  _copy(r, BUF, 0, TMP, (n - r) * b, r * b)])
+    return steps, n * b
+
+
+def _all_gather_out(n, r, sched, m, isz, root, hook):
+    """direct and ring: positions in out, one's own block copied in first."""
+    steps = [_msgs(s, isz, BUF, BUF) for s in sched]
+    steps[0].insert(0, _copy(r, BUF, r * m * isz, IN, 0, m * isz))
+    return steps, None
+
+
+def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
+    if not hook or m * isz > config.get("COMMRT_EAGER_LIMIT"):
+        return None, None
+    steps = [_msgs(s, isz, BUF, IN, hook) for s in sched]
+    steps[0].insert(0, _copy(r, BUF, 0, IN, r * m * isz, m * isz))
+    return steps, None
+
+
+def _all_to_all(n, r, sched, m, isz, root, hook):
+    steps = [_msgs(s, isz, BUF, IN) for s in sched]
+    steps[0].insert(0, _copy(r, BUF, r * m * isz, IN, r * m * isz, m * isz))
+    return steps, None
+
+
+def _reduce_binomial(n, r, sched, m, isz, root, hook):
+    """The root combines into its buf; an inner node into scratch (its buf stays
+    unchanged) from a copy of its buf, then sends that; a leaf sends its buf."""
+    if not hook:
+        return None, None
+    if r == root:
+        return [_msgs(s, isz, BUF, BUF, hook) for s in sched], None
+    if not any(msg.op == "combine" for s in sched for msg in s):
+        return [_msgs(s, isz, BUF, IN) for s in sched], None
+    steps = [_msgs(s, isz, TMP, TMP, hook) for s in sched]
+    steps[0].insert(0, _copy(r, TMP, 0, IN, 0, m * isz))
+    return steps, m * isz
+
+
+LAYOUTS = {("broadcast", "binomial"): _broadcast, ("gather", "linear"): _gather,
+           ("scatter", "linear"): _scatter, ("all_gather", "bruck"): _all_gather_bruck,
+           ("all_gather", "direct"): _all_gather_out, ("all_gather", "ring"): _all_gather_out,
+           ("reduce_scatter", "direct"): _reduce_scatter_direct,
+           ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial}
+
+
+def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_count,
+            block, root=0, op=None, hook=0):
+    """Remember a plan for calls like this one where the algorithm has a schedule
+    and a layout here.  count: the fingerprint's; sched_count: the schedule's
+    count argument; block: elements per block of the layout; nbytes/in_nbytes:
+    the output's and the input's bytes (-1: none on this rank)."""
+    from commrt.collectives import registry
+
+    n, r = comm.size, comm.rank
+    layout = LAYOUTS.get((kind, algo))
+    mod = registry.module(kind, algo)
+    if n < 2 or layout is None or not hasattr(mod, "schedule") or dtype not in DTYPE_CODE:
+        return
+    if max(nbytes, in_nbytes) > MAX_BYTES:
+        return
+    dtype = np.dtype(dtype)
+    steps, tmp_nbytes = layout(n, r, mod.schedule(n, r, sched_count, root), block,
+                               dtype.itemsize, root, hook)
+    if steps is None or (tmp_nbytes or 0) > MAX_TMP_BYTES:
+        return
+    tmp = None if tmp_nbytes is None else np.empty(tmp_nbytes, np.uint8)
+    avg = op is not None and op.name == "AVG"
+    _small._keep(st, key, SchedPlan(comm, st, kind, algo, count, dtype, op, root, steps, tmp,
+                                    max(nbytes, 0), max(in_nbytes, 0), avg))
+
+
+def run(comm, st, plan, out, inbuf):
+    """Run the collective along its plan: True, or False (having done nothing)
+    when the buffers do not fit it (the caller takes the general path)."""
+    seq = st.seq
+    meta = plan.base | (seq & SEQ_MASK)
+    st.seq = seq + 1
+    st.history.append((seq, meta, plan.meta2))
+    i = plan.chain.run(out, meta, plan.wait, 0, None, plan.meta2, inbuf)
+    if i == plan.nsteps:
+        if plan.large:
+            plan.chain.release()
+        if plan.avg and out is not None and (plan.kind != "reduce" or comm.rank == plan.root):
+            _small._average(out, comm.size)
+        return True
+    if i < 0:
+        st.seq = seq
+        st.history.pop()
+        return False
+    _resume(comm, plan, seq, i, out, inbuf)
+    if plan.avg and out is not None and (plan.kind != "reduce" or comm.rank == plan.root):
+        _small._average(out, comm.size)
+    return True
+
+
+def _resume(comm, plan, seq, i, out, inbuf):
+    """Finish the call from step i, whose requests the chain handed over, with a
+    Call (same sequence number), message for message as the chain would."""
+    reqs = plan.chain.handover()
+    plan.chain.release()
+    call = Call(comm, plan.kind, count=plan.count, dtype=plan.dtype, op=plan.op,
+                root=plan.root, algo=plan.algo, seq=seq)
+    call.start()
+    try:
+        views = [_flat(out, plan.dtype), _flat(inbuf, plan.dtype), _flat(plan.tmp, plan.dtype)]
+        _finish_step(call, plan.steps[i], reqs)
+        for step in plan.steps[i + 1:]:
+            _run_step(call, step, views, plan.isz)
+        call.end()
+    except BaseException as exc:
+        err = call.fail_everywhere(exc)
+        if err is exc:
+            raise
+        raise err from exc
+    finally:
+        call.state.current = None
+
+
+def _flat(a, dtype):
+    if a is None:
+        return None
+    return a.reshape(-1).view(np.uint8).view(dtype)
+
+
+def _finish_step(call, step, reqs):
+    it = iter(reqs)
+    recvs = []
+    for kind, peer, _, _, nbytes, *_ in step:
+        if kind == COPY:
+            continue
+        q = next(it)
+        if kind == SEND:
+            call.sends.append(q)
+        else:
+            recvs.append(Recv(q, peer, nbytes))
+    call.waitall(recvs)
+    call.wait_sends()
+
+
+def _run_step(call, step, views, isz):
+    recvs = []
+    for kind, peer, where, off, nbytes, hook, *src in step:
+        a = views[where][off // isz:(off + nbytes) // isz]
+        if kind == COPY:
+            s0 = src[1] // isz
+            a[...] = views[src[0]][s0:s0 + nbytes // isz]
+        elif kind == SEND:
+            call.isend(a, peer)
+        elif hook:
+            recvs.append(call.irecv_reduce(a, peer, hook))
+        else:
+            recvs.append(call.irecv(a, peer))
+    call.waitall(recvs)
+    call.wait_sends()

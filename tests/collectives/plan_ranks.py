@@ -1,0 +1,168 @@
+"""Rank-side functions of the prepared plans tests (collectives/plans.py)."""
+import json
+import os
+import time
+
+import numpy as np
+
+import commrt.collectives as C
+from commrt.collectives.plans import SchedPlan
+from commrt.errors import CollectiveMismatchError, PeerLostError
+
+from coll_ranks import _sent_recv, check, data, digest, reference
+
+KINDS = ["broadcast", "reduce", "gather", "scatter", "all_gather", "reduce_scatter",
+         "all_to_all"]
+
+
+def planned(comm, kind):
+    """Whether comm holds a plan of this collective."""
+    return any(isinstance(p, SchedPlan) and p.kind == kind
+               for p in comm.state["collectives"].small.values())
+
+
+def call(comm, kind, seed, n, dtype="float32", op="SUM", root=0, general=False, comm_=None):
+    """One call of `kind` on fresh data (general: timeout= keeps it off the plan);
+    checks it against NumPy; returns the digest of its output (None where the
+    rank has none)."""
+    c = comm_ or comm
+    kw = {"timeout": 30} if general else {}
+    size, r = c.size, c.rank
+    if kind == "broadcast":
+        x = data(seed, r, n, dtype)
+        assert C.broadcast(c, x, root, **kw) is x
+        check(x, data(seed, root, n, dtype), None, "broadcast")
+        return digest(x)
+    if kind == "reduce":
+        x = data(seed, r, n, dtype, op)
+        mine = x.copy()
+        C.reduce(c, x, root, op, **kw)
+        if r != root:
+            check(x, mine, None, "reduce leaves non-roots alone")
+            return None
+        want, tol = reference(seed, size, n, dtype, op)
+        check(x, want, tol, "reduce")
+        return digest(x)
+    if kind == "gather":
+        x = data(seed, r, n, dtype)
+        out = np.empty(size * n, dtype) if r == root else None
+        res = C.gather(c, x, out, root, **kw)
+        if r != root:
+            assert res is None
+            return None
+        check(out, np.concatenate([data(seed, q, n, dtype) for q in range(size)]), None,
+              "gather")
+        return digest(out)
+    if kind == "scatter":
+        buf = data(seed, 1000, size * n, dtype) if r == root else None
+        out = np.empty(n, dtype)
+        C.scatter(c, out, buf, root, **kw)
+        check(out, data(seed, 1000, size * n, dtype)[r * n:(r + 1) * n], None, "scatter")
+        return digest(out)
+    if kind == "all_gather":
+        x = data(seed, r, n, dtype)
+        out = np.empty(size * n, dtype)
+        C.all_gather(c, out, x, **kw)
+        check(out, np.concatenate([data(seed, q, n, dtype) for q in range(size)]), None,
+              "all_gather")
+        return digest(out)
+    if kind == "reduce_scatter":
+        x = data(seed, r, size * n, dtype, op)
+        x0 = x.copy()
+        out = np.empty(n, dtype)
+        C.reduce_scatter(c, out, x, op, **kw)
+        want, tol = reference(seed, size, size * n, dtype, op)
+        sl = slice(r * n, (r + 1) * n)
+        check(out, want[sl], None if tol is None else tol[sl], "reduce_scatter")
+        check(x, x0, None, "reduce_scatter leaves buf alone")
+        return digest(out)
+    if kind == "all_to_all":
+        x = data(seed, r, size * n, dtype)
+        out = np.empty(size * n, dtype)
+        C.all_to_all(c, out, x, **kw)
+        want = np.concatenate([data(seed, q, size * n, dtype)[r * n:(r + 1) * n]
+                               for q in range(size)])
+        check(out, want, None, "all_to_all")
+        return digest(out)
+    raise ValueError(kind)
+
+
+def same_results(comm, kind, n, dtype, op, root):
+    """Planned calls against the general path on the same data: (planned digests,
+    general digests, whether a plan was taken)."""
+    call(comm, kind, 1, n, dtype, op, root)             # the first call prepares the plan
+    planned_out = [call(comm, kind, 10 + i, n, dtype, op, root) for i in range(3)]
+    general_out = [call(comm, kind, 10 + i, n, dtype, op, root, True) for i in range(3)]
+    return planned_out, general_out, planned(comm, kind)
+
+
+def traffic(comm, kind, n, root=0):
+    """Per-peer payload bytes sent and received, and header bytes, of one planned and
+    one general call (after a warm-up that prepares the plan)."""
+    out = []
+    call(comm, kind, 1, n, root=root)
+    for general in (False, True):
+        C.barrier(comm)
+        s0 = comm.stats()
+        C.barrier(comm)
+        call(comm, kind, 2, n, root=root, general=general)
+        C.barrier(comm)
+        s1 = comm.stats()
+        C.barrier(comm)
+        # (messages received would count a peer's barrier message racing the snapshot)
+        out.append({q: [s1[q][f] - s0[q][f] for f in ("bytes_sent", "bytes_recv", "msgs_sent")]
+                    for q in s1 if q in s0})
+    return out, planned(comm, kind)
+
+
+def mismatch(comm, kind):
+    """Warm the plan on a fresh group, then rank 1 makes a call of another count
+    (each rank still on its plan or falling to the general path)."""
+    sub = C.new_group(comm, list(range(comm.size)))
+    for _ in range(2):
+        call(comm, kind, 1, 4, comm_=sub)
+        call(comm, kind, 1, 5, comm_=sub)
+    C.barrier(comm)
+    try:
+        call(comm, kind, 2, 5 if sub.rank == 1 else 4, comm_=sub)
+        C.barrier(sub, timeout=30)
+    except CollectiveMismatchError as exc:
+        return "raised", str(exc), planned(sub, kind)
+    except AssertionError as exc:           # a wrong result: the worst outcome
+        return "wrong", str(exc), planned(sub, kind)
+    return "no error", "", planned(sub, kind)
+
+
+def late_rank(comm, kind, late_s, n):
+    """The plan warmed, rank 1 comes late_s seconds after the others (beyond the
+    probe interval): the others' chains stop and hand over.  Returns the digest."""
+    for _ in range(2):
+        call(comm, kind, 1, n)
+    C.barrier(comm)
+    if comm.rank == 1:
+        time.sleep(late_s)
+    return call(comm, kind, 3, n), planned(comm, kind)
+
+
+def dead_peer(comm, kind, outdir):
+    """The last rank dies after warming the plan; the others see PeerLostError."""
+    for _ in range(3):
+        call(comm, kind, 1, 16)
+    C.barrier(comm)
+    if comm.rank == comm.size - 1:
+        os._exit(3)
+    try:
+        call(comm, kind, 2, 16)
+        C.barrier(comm)
+        err = None
+    except PeerLostError as exc:
+        err = str(exc)
+    with open(os.path.join(outdir, f"{comm.rank}.json"), "w") as f:
+        json.dump([err, planned(comm, kind)], f)
+
+
+def bounded(comm, count):
+    """`count` broadcasts of distinct sizes: how many plans the communicator keeps."""
+    for k in range(count):
+        C.broadcast(comm, np.ones(k + 1, np.float32), 0)
+    return len(comm.state["collectives"].small)

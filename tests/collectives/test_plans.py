@@ -1,0 +1,78 @@
+"""The prepared plans of every collective (collectives/plans.py): the same
+results, traffic and failures as the general path that runs the same schedule.
+
+A call with timeout= keeps to the general path, so each test compares the
+two on the same world."""
+import json
+
+import pytest
+
+import plan_ranks as P
+from commrt.testing import World, WorldError
+
+ENV = {"COMMRT_COLL_PROBE_S": "0.5"}
+
+
+@pytest.fixture(scope="module", params=[(2, "shm"), (3, "shm"), (4, "shm"), (5, "shm"),
+                                        (3, "tcp")], ids=lambda p: f"{p[1]}{p[0]}")
+def world(request):
+    n, transport = request.param
+    with World(n, transport=transport, env=ENV, timeout=120) as w:
+        yield w
+
+
+CASES = [("float32", "SUM"), ("float64", "MAX"), ("int32", "AVG"), ("uint8", "BXOR")]
+
+
+@pytest.mark.parametrize("kind", P.KINDS)
+@pytest.mark.parametrize("n", [0, 1, 7, 3000])
+def test_planned_equals_general(world, kind, n):
+    for dtype, op in (CASES if kind in ("reduce", "reduce_scatter") else CASES[:2]):
+        for root in ((0, world.size - 1) if kind in ("broadcast", "reduce", "gather", "scatter")
+                     else (0,)):
+            res = world.run(P.same_results, kind, n, dtype, op, root)
+            for r, (planned, general, has_plan) in enumerate(res):
+                assert planned == general, (kind, n, dtype, op, root, r)
+                assert has_plan, (kind, n, dtype, op, root, r)
+
+
+@pytest.mark.parametrize("kind", P.KINDS)
+def test_planned_sends_the_general_paths_messages(world, kind):
+    for n in (5, 5000):
+        res = world.run(P.traffic, kind, n, world.size - 1)
+        for r, ((planned, general), has_plan) in enumerate(res):
+            assert has_plan, (kind, n, r)
+            assert planned == general, (kind, n, r, planned, general)
+            assert any(v[0] or v[1] for v in planned.values()), (kind, n, r, planned)
+
+
+@pytest.mark.parametrize("kind", P.KINDS)
+def test_mismatch_on_the_plan_raises_on_every_rank(world, kind):
+    res = world.run(P.mismatch, kind, timeout=60)
+    for r, (where, msg, has_plan) in enumerate(res):
+        assert where == "raised" and "mismatch" in msg, (kind, r, res)
+        assert has_plan, (kind, r)
+
+
+@pytest.mark.parametrize("kind", P.KINDS)
+def test_late_rank_hands_over_to_the_general_path(world, kind):
+    res = world.run(P.late_rank, kind, 0.8, 100)
+    assert all(r[1] for r in res), res
+
+
+def test_plan_cache_is_bounded(world):
+    from commrt.collectives._small import MAX_PLANS
+
+    assert world.run(P.bounded, MAX_PLANS + 20) == [MAX_PLANS] * world.size
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_dead_peer_fails_the_others(kind, transport, tmp_path):
+    with World(3, transport=transport, env=ENV, timeout=60) as w:
+        with pytest.raises(WorldError, match="rank 2"):
+            w.run(P.dead_peer, kind, str(tmp_path), timeout=30)
+    for r in (0, 1):
+        err, has_plan = json.loads((tmp_path / f"{r}.json").read_text())
+        assert err is not None and "rank 2" in err, (r, err)
+        assert has_plan, r
