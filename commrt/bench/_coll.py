@@ -3,13 +3,16 @@
 A backend hands ``measure`` an object with:
 
     rank, size
-    run(kind, algo, out, buf)   one collective (kind: all_reduce, broadcast,
-                                reduce_scatter, all_gather), float32 SUM, in place
+    run(kind, algo, out, buf)   one collective (kind: one of KINDS), float32 SUM,
+                                root 0 where there is one
     barrier()
     agree(x) -> float           the maximum of x over ranks (for times and counts)
 
-Sizes follow nccl-tests: for all_reduce and broadcast the buffer; for
-all_gather the output (N blocks); for reduce_scatter the input (N blocks).
+Sizes follow nccl-tests: for all_reduce, broadcast and reduce the buffer;
+for all_gather and gather the output (N blocks); for reduce_scatter and
+scatter the input (N blocks); for all_to_all each buffer (N blocks); a
+barrier moves nothing (its rows say 0 bytes).  A spec may list several
+``kinds``: every one is measured in the same processes, one after another.
 Per (size, algorithm): one checked run (values rank+1, outside the timed
 region), warm-up, then a number of iterations chosen so the loops fill
 ``target_s`` (agreed by all ranks), run in ``slices`` (5) timed slices
@@ -25,36 +28,56 @@ import time
 import numpy as np
 
 SLICES = 5
+KINDS = ("broadcast", "reduce", "gather", "scatter", "all_gather", "reduce_scatter",
+         "all_to_all", "barrier", "all_reduce")
 
 
 def _buffers(kind, nbytes, size):
     count = max(1, nbytes // 4)
-    if kind in ("all_gather", "reduce_scatter"):
-        block = max(1, count // size)
-        big = np.zeros(block * size, np.float32)
-        small = np.zeros(block, np.float32)
-        return (big, small) if kind == "all_gather" else (small, big)
+    block = max(1, count // size)
+    if kind in ("all_gather", "gather"):
+        return np.zeros(block * size, np.float32), np.zeros(block, np.float32)
+    if kind in ("reduce_scatter", "scatter"):
+        return np.zeros(block, np.float32), np.zeros(block * size, np.float32)
+    if kind == "all_to_all":
+        return np.zeros(block * size, np.float32), np.zeros(block * size, np.float32)
+    if kind == "barrier":
+        return None, np.zeros(0, np.float32)
     return None, np.zeros(count, np.float32)
+
+
+def _checked(kind, r, n, out, buf):
+    """Whether the output of one call (inputs as _check sets them) is right on rank r."""
+    blocks = np.arange(1, n + 1, dtype=np.float32)[:, None]
+    if kind == "all_reduce":
+        return np.all(buf == n * (n + 1) / 2)
+    if kind == "broadcast":
+        return np.all(buf == 1)
+    if kind == "reduce":
+        return r != 0 or np.all(buf == n * (n + 1) / 2)
+    if kind == "all_gather":
+        return np.all(out.reshape(n, -1) == blocks)
+    if kind == "gather":
+        return r != 0 or np.all(out.reshape(n, -1) == blocks)
+    if kind == "scatter":
+        return np.all(out == r + 1)
+    if kind == "all_to_all":   # rank q's block j holds q*n + j
+        return np.all(out.reshape(n, -1) == (np.arange(n)[:, None] * n + r))
+    if kind == "barrier":
+        return True
+    return np.all(out == n * (n + 1) / 2)                  # reduce_scatter
 
 
 def _check(ops, kind, algo, out, buf):
     r, n = ops.rank, ops.size
-    if kind == "all_reduce":
-        buf[...] = r + 1
-        ops.run(kind, algo, out, buf)
-        ok = np.all(buf == n * (n + 1) / 2)
-    elif kind == "broadcast":
-        buf[...] = r + 1
-        ops.run(kind, algo, out, buf)
-        ok = np.all(buf == 1)
-    elif kind == "all_gather":
-        buf[...] = r + 1
-        ops.run(kind, algo, out, buf)
-        ok = np.all(out.reshape(n, -1) == np.arange(1, n + 1, dtype=np.float32)[:, None])
+    if kind == "scatter":                   # root's block j holds j + 1
+        buf.reshape(n, -1)[...] = np.arange(1, n + 1, dtype=np.float32)[:, None]
+    elif kind == "all_to_all":              # block j holds r*n + j
+        buf.reshape(n, -1)[...] = (r * n + np.arange(n, dtype=np.float32))[:, None]
     else:
         buf[...] = r + 1
-        ops.run(kind, algo, out, buf)
-        ok = np.all(out == n * (n + 1) / 2)
+    ops.run(kind, algo, out, buf)
+    ok = _checked(kind, r, n, out, buf)
     if ops.agree(0.0 if ok else 1.0) != 0.0:
         raise AssertionError(f"{kind} {algo}: wrong result on some rank")
 
@@ -67,14 +90,26 @@ def measure(ops, spec):
 
 
 def _measure(ops, spec):
-    kind = spec["kind"]
+    rows = []
+    for kind in spec.get("kinds") or [spec["kind"]]:
+        algos = spec["algos"]
+        if isinstance(algos, dict):
+            algos = algos[kind]
+        sizes = [0] if kind == "barrier" else spec["sizes"]
+        for row in _measure_kind(ops, spec, kind, algos, sizes):
+            row["kind"] = kind
+            rows.append(row)
+    return {"rank": ops.rank, "size": ops.size, "rows": rows}
+
+
+def _measure_kind(ops, spec, kind, algos, sizes):
     target = spec.get("target_s", 0.1)
     slices = max(1, spec.get("slices", SLICES))
     out_rows = []
-    for nbytes in spec["sizes"]:
+    for nbytes in sizes:
         out, buf = _buffers(kind, nbytes, ops.size)
         iters = {}
-        for algo in spec["algos"]:
+        for algo in algos:
             _check(ops, kind, algo, out, buf)
             ops.barrier()
             t0 = time.perf_counter()
@@ -95,7 +130,7 @@ def _measure(ops, spec):
             ts.sort()
             out_rows.append({"bytes": nbytes, "algo": algo, "time_s": ts[len(ts) // 2],
                              "iters": iters[algo] * slices})
-    return {"rank": ops.rank, "size": ops.size, "rows": out_rows}
+    return out_rows
 
 
 # -- commrt (a World rank) ----------------------------------------------------------
@@ -114,8 +149,18 @@ class CommrtOps:
             C.all_reduce(comm, buf, "SUM", a)
         elif kind == "broadcast":
             C.broadcast(comm, buf, 0, algorithm=a)
+        elif kind == "reduce":
+            C.reduce(comm, buf, 0, "SUM", algorithm=a)
+        elif kind == "gather":
+            C.gather(comm, buf, out if self.rank == 0 else None, 0, algorithm=a)
+        elif kind == "scatter":
+            C.scatter(comm, out, buf if self.rank == 0 else None, 0, algorithm=a)
         elif kind == "all_gather":
             C.all_gather(comm, out, buf, algorithm=a)
+        elif kind == "all_to_all":
+            C.all_to_all(comm, out, buf, algorithm=a)
+        elif kind == "barrier":
+            C.barrier(comm)
         else:
             C.reduce_scatter(comm, out, buf, "SUM", algorithm=a)
 

@@ -2,7 +2,8 @@
 
 ``mpirun -np N python -m commrt.bench._coll_mpi --spec FILE --out DIR``: the
 loop of ``_coll.measure`` over mpi4py's buffer collectives (Allreduce in
-place, Bcast, Allgather, Reduce_scatter_block), OpenMPI choosing its
+place, Bcast, Reduce, Gather, Scatter, Allgather, Reduce_scatter_block,
+Alltoall, Barrier), OpenMPI choosing its
 algorithms (the "default" algorithm).
 """
 import os
@@ -29,8 +30,19 @@ class MpiOps:
             c.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         elif kind == "broadcast":
             c.Bcast(buf, root=0)
+        elif kind == "reduce":
+            c.Reduce(MPI.IN_PLACE if self.rank == 0 else buf, buf if self.rank == 0 else None,
+                     op=MPI.SUM, root=0)
+        elif kind == "gather":
+            c.Gather(buf, out if self.rank == 0 else None, root=0)
+        elif kind == "scatter":
+            c.Scatter(buf if self.rank == 0 else None, out, root=0)
         elif kind == "all_gather":
             c.Allgather(buf, out)
+        elif kind == "all_to_all":
+            c.Alltoall(buf, out)
+        elif kind == "barrier":
+            c.Barrier()
         else:
             c.Reduce_scatter_block(buf, out, op=MPI.SUM)
 

@@ -1,8 +1,9 @@
 """A torch.distributed (Gloo) rank of the collective benchmarks.
 
 ``python -m commrt.bench._coll_torch --rank R --world N --init file://... --spec FILE --out DIR``:
-the loop of ``_coll.measure`` over dist.all_reduce, broadcast, all_gather_into_tensor
-and reduce_scatter_tensor (Gloo over TCP on 127.0.0.1), on CPU float32 tensors
+the loop of ``_coll.measure`` over dist.all_reduce, broadcast, reduce, gather, scatter,
+all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single and barrier (Gloo over
+TCP on 127.0.0.1), on CPU float32 tensors
 sharing memory with the NumPy buffers.
 """
 import datetime
@@ -32,13 +33,31 @@ class TorchOps:
             t = self._cache[key] = self.torch.from_numpy(a)
         return t
 
+    def _chunks(self, t):
+        key = ("chunks", t.data_ptr(), t.numel())
+        c = self._cache.get(key)
+        if c is None:
+            c = self._cache[key] = list(t.chunk(self.size))
+        return c
+
     def run(self, kind, algo, out, buf):
         d = self.dist
         b, o = self._t(buf), self._t(out)
+        root = self.rank == 0
         if kind == "all_reduce":
             d.all_reduce(b)
         elif kind == "broadcast":
             d.broadcast(b, 0)
+        elif kind == "reduce":
+            d.reduce(b, 0)
+        elif kind == "gather":
+            d.gather(b, self._chunks(o) if root else None, dst=0)
+        elif kind == "scatter":
+            d.scatter(o, self._chunks(b) if root else None, src=0)
+        elif kind == "all_to_all":
+            d.all_to_all_single(o, b)
+        elif kind == "barrier":
+            d.barrier()
         elif kind == "all_gather":
             try:
                 d.all_gather_into_tensor(o, b)

@@ -1,6 +1,7 @@
 """Collective bandwidth and latency per algorithm, with OpenMPI and Gloo (nccl-tests metrics).
 
-    python -m commrt.bench allreduce [--kind all_reduce|broadcast|reduce_scatter|all_gather]
+    python -m commrt.bench allreduce [--kind all_reduce|broadcast|reduce|gather|scatter|
+                                      all_gather|reduce_scatter|all_to_all|barrier]
         [--nranks 2,4,8] [--sizes 8,1K,64K,1M,16M,64M] [--algos ring,tree,...,auto]
         [--transport shm|tcp] [--rounds 3] [--peers] [--plot out.png] [--json out.json]
 
@@ -8,7 +9,8 @@ For every world size, size and algorithm (``auto`` is the cost model's
 choice), the time of one float32 SUM collective (slowest rank's average over
 a timed loop), algbw = size / time and busbw as nccl-tests define it:
 all_reduce algbw·2(N-1)/N, broadcast algbw, all_gather and reduce_scatter
-algbw·(N-1)/N (size = the N-block buffer).  ``--peers`` adds, in the same
+algbw·(N-1)/N (size = the N-block buffer); the others as in ``collectives``,
+the one command for every collective at once.  ``--peers`` adds, in the same
 run and interleaved round by round, mpi4py on OpenMPI (default settings and
 with single-copy disabled) and torch.distributed on Gloo.  Every number is
 the median of ``--rounds`` rounds, with its range.  ``auto/best`` is the
@@ -23,7 +25,7 @@ import tempfile
 from commrt.bench import _launch
 from commrt.bench._stats import Summary, fmt_size, parse_size, table
 
-KINDS = ("all_reduce", "broadcast", "reduce_scatter", "all_gather")
+from commrt.bench._coll import KINDS  # noqa: E402
 PEERS = {
     "ompi": ["pml", "ob1", "btl", "self,vader"],
     "ompi-nocma": ["pml", "ob1", "btl", "self,vader", "btl_vader_single_copy_mechanism", "none"],
@@ -40,11 +42,9 @@ def algorithms(kind):
 
 
 def busbw_factor(kind, n):
-    if kind == "all_reduce":
-        return 2 * (n - 1) / n
-    if kind == "broadcast":
-        return 1.0
-    return (n - 1) / n
+    from commrt.bench.collectives import busbw_factor as factor
+
+    return factor(kind, n)
 
 
 def run_commrt(n, spec, transport, timeout):

@@ -36,16 +36,17 @@ def cost(n, nbytes, p, comm=None):
 
 def schedule(n, rank, count, root=0):
     """The messages of each step (Msg: registry.py): the whole buffer exchanged
-    with v XOR 2^k, received into scratch and combined in Python with the lower
-    rank's operand first (not a combine-as-it-lands: the order must hold on
-    both partners), hence "recv"."""
+    with v XOR 2^k and combined ("combine": K·γ a step).  It is received into
+    scratch and combined after the step with the lower rank's operand first,
+    not as it lands (the order must hold on both partners), which the
+    prepared plan does with a step hook (_small.py)."""
     p2, rem = _fold.plan(n)
     v = _fold.virtual(rank, rem)
     msgs = _fold.schedule_in(n, rank, count)
     mask = 1
     while v >= 0 and mask < p2:
         partner = _fold.real(v ^ mask, rem)
-        msgs.append([Msg("send", partner, 0, count), Msg("recv", partner, 0, count)])
+        msgs.append([Msg("send", partner, 0, count), Msg("combine", partner, 0, count)])
         mask <<= 1
     return msgs + _fold.schedule_out(n, rank, count)
 

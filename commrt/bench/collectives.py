@@ -1,0 +1,252 @@
+"""Every collective against OpenMPI and Gloo in one run (nccl-tests metrics).
+
+    python -m commrt.bench collectives [--kinds broadcast,reduce,...|all]
+        [--nranks 2,3,4,8] [--sizes 8,1K,64K,1M,16M,64M] [--algos auto|all|a,b]
+        [--transport shm|tcp] [--rounds 3] [--peers] [--plot-dir docs/img]
+        [--markdown out.md] [--json out.json]
+
+For every world size, each round launches every backend once (commrt, with
+``--peers`` mpi4py on OpenMPI with its default single-copy (CMA) and with it
+disabled, and torch.distributed on Gloo), in turn, and each launch measures
+every collective at every size (``_coll.measure``: float32 SUM, root 0; sizes
+as nccl-tests count them), so rounds interleave the systems.  Every figure
+is the median of the rounds with its range.  busbw = algbw times nccl-tests'
+factor: all_reduce 2(N-1)/N; broadcast and reduce 1; all_gather, gather,
+reduce_scatter, scatter and all_to_all (N-1)/N; a barrier only has a time.
+``vs MPI`` is the better OpenMPI configuration's median time over commrt's
+(auto), ``vs Gloo`` Gloo's over commrt's: above 1.00 commrt is faster.
+``--algos all`` adds every fixed algorithm and ``auto/best`` (the automatic
+choice's time over the best fixed one's).  ``--plot-dir`` writes
+``collectives-<kind>.png`` (busbw, or time for the barrier, against size, a
+line per system, a panel per N); ``--markdown`` the tables as Markdown
+(docs/performance-collectives.md).  ``allreduce`` and the per-collective
+benchmark names run this with one collective.
+"""
+import argparse
+import json
+import sys
+
+from commrt.bench import allreduce as _one
+from commrt.bench._coll import KINDS
+from commrt.bench._stats import Summary, fmt_size, parse_size, table
+
+MPI = ("ompi", "ompi-nocma")
+
+
+def busbw_factor(kind, n):
+    if kind == "all_reduce":
+        return 2 * (n - 1) / n
+    if kind in ("broadcast", "reduce"):
+        return 1.0
+    if kind == "barrier":
+        return 0.0
+    return (n - 1) / n
+
+
+def algorithms(kind, which):
+    if which == "auto":
+        return ["auto"]
+    if which == "all":
+        return _one.algorithms(kind) if kind != "barrier" else ["auto"]
+    return which.split(",")
+
+
+def collect(args, log):
+    """{n: {kind: {(backend, algo): {bytes: [times]}}}}"""
+    data = {}
+    for n in args.nranks:
+        per = data.setdefault(n, {k: {} for k in args.kinds})
+        spec = {"kinds": args.kinds, "sizes": args.sizes, "target_s": args.target_s,
+                "slices": args.slices}
+        mine = dict(spec, algos={k: algorithms(k, args.algos) for k in args.kinds})
+        theirs = dict(spec, algos={k: ["default"] for k in args.kinds})
+        jobs = [("commrt", lambda n=n: _one.run_commrt(n, mine, args.transport, args.timeout))]
+        if args.peers:
+            import shutil
+
+            if shutil.which("mpirun") and _one._has("mpi4py"):
+                for name in MPI:
+                    jobs.append((name, lambda n=n, name=name: _one.run_mpi(
+                        n, _one.PEERS[name], theirs, args.timeout, name)))
+            else:
+                log("mpirun or mpi4py missing: no OpenMPI peer")
+            if _one._has("torch"):
+                jobs.append(("gloo", lambda n=n: _one.run_gloo(n, theirs, args.timeout)))
+            else:
+                log("torch missing: no Gloo peer")
+        for rnd in range(args.rounds):
+            for name, job in jobs:
+                log(f"N={n} round {rnd + 1}/{args.rounds}: {name}")
+                try:
+                    res = job()
+                except Exception as exc:  # noqa: BLE001 - report and go on
+                    log(f"  {name} failed: {exc}")
+                    continue
+                for row in res["rows"]:
+                    key = (name, row["algo"])
+                    per[row["kind"]].setdefault(key, {}).setdefault(row["bytes"], []).append(
+                        row["time_s"])
+    return data
+
+
+def _median(per, key, size):
+    return Summary(per.get(key, {}).get(size, [])).median
+
+
+def _mpi_best(per, size):
+    """The better OpenMPI configuration's median time at size (None if neither ran)."""
+    ts = [t for t in (_median(per, (m, "default"), size) for m in MPI) if t is not None]
+    return min(ts) if ts else None
+
+
+def _ratio(a, b):
+    return "n/a" if a is None or b is None or not b else f"{a / b:.2f}"
+
+
+def kind_tables(args, kind, n, per):
+    """(time rows, busbw rows, headers) of one collective at one N."""
+    keys = sorted(per, key=lambda k: (k[0] != "commrt", k[0], k[1] == "auto", k[1]))
+    names = [k[1] if k[0] == "commrt" else k[0] for k in keys]
+    fixed = [k for k in keys if k[0] == "commrt" and k[1] != "auto"]
+    f = busbw_factor(kind, n)
+    sizes = [0] if kind == "barrier" else args.sizes
+    rows_t, rows_b = [], []
+    for size in sizes:
+        med = {k: Summary(per[k].get(size, [])) for k in keys}
+        mine = med.get(("commrt", "auto"))
+        mine = mine.median if mine else None
+        extra = [_ratio(_mpi_best(per, size), mine), _ratio(_median(per, ("gloo", "default"),
+                                                                    size), mine)]
+        if fixed:
+            best = [med[k].median for k in fixed if med[k].median]
+            extra.append(_ratio(mine, min(best)) if best else "n/a")
+        rows_t.append([fmt_size(size)] + [m.cell() if m.median is None else
+                                          Summary([t * 1e6 for t in per[k][size]]).cell()
+                                          for k, m in med.items()] + extra)
+        if f:
+            rows_b.append([fmt_size(size)] + [
+                "n/a" if med[k].median is None else
+                Summary([size / t * f / 1e9 for t in per[k][size]]).cell() for k in keys])
+    return rows_t, rows_b, names, ["vs MPI", "vs Gloo"] + (["auto/best"] if fixed else [])
+
+
+def report(args, data, markdown=False):
+    out = []
+    for kind in args.kinds:
+        for n, by_kind in data.items():
+            per = by_kind[kind]
+            if not per:
+                continue
+            rows_t, rows_b, names, extra = kind_tables(args, kind, n, per)
+            head = ["size"] + names + extra
+            title = (f"{kind}, N = {n}, {args.transport}: µs per call, median [min-max] of "
+                     f"{args.rounds} rounds")
+            out += _section(title, head, rows_t, markdown)
+            if rows_b:
+                out += _section(f"{kind}, N = {n}: busbw GB/s, median [min-max]",
+                                ["size"] + names, rows_b, markdown)
+    return "\n".join(out)
+
+
+def _section(title, head, rows, markdown):
+    if not markdown:
+        return ["", title, table(head, rows)]
+    lines = ["", f"**{title}**", "", "| " + " | ".join(head) + " |",
+             "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return lines
+
+
+def plot(args, data, outdir):
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for kind in args.kinds:
+        ns = [n for n in data if data[n][kind]]
+        if not ns:
+            continue
+        fig, axes = plt.subplots(1, len(ns), figsize=(5.5 * len(ns), 4.2), squeeze=False)
+        for ax, n in zip(axes[0], ns):
+            _panel(ax, args, kind, n, data[n][kind])
+        fig.tight_layout()
+        path = os.path.join(outdir, f"collectives-{kind}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _panel(ax, args, kind, n, per):
+    f = busbw_factor(kind, n)
+    sizes = [0] if kind == "barrier" else args.sizes
+    for key, by_size in sorted(per.items()):
+        xs = [s for s in sizes if by_size.get(s)]
+        med = [Summary(by_size[s]).median for s in xs]
+        ys = [s / t * f / 1e9 for s, t in zip(xs, med)] if f else [t * 1e6 for t in med]
+        label = key[1] if key[0] == "commrt" else key[0]
+        if kind == "barrier":
+            ax.bar(label, ys[0] if ys else 0)
+            continue
+        ax.plot(xs, ys, "-" if key[0] == "commrt" else "--", marker="o", ms=3, label=label,
+                lw=2.5 if key == ("commrt", "auto") else 1.2)
+    if kind != "barrier":
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size (bytes)")
+        ax.legend(fontsize=7)
+    ax.set_ylabel("busbw (GB/s)" if f else "µs per call")
+    ax.set_title(f"{kind}, N = {n} ({args.transport})")
+    ax.grid(alpha=0.3)
+
+
+def parse_args(argv, kinds=None):
+    p = argparse.ArgumentParser(prog="python -m commrt.bench collectives", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kinds", default=kinds or "all", help="comma list of " + ", ".join(KINDS))
+    p.add_argument("--nranks", default="2,3,4,8")
+    p.add_argument("--sizes", default="8,1K,64K,1M,16M,64M")
+    p.add_argument("--algos", default="auto", help="auto, all, or a comma list")
+    p.add_argument("--transport", default="shm", choices=("shm", "tcp"))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--slices", type=int, default=5, help="timed slices per loop")
+    p.add_argument("--target-s", type=float, default=0.1, help="seconds per timed loop")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--peers", action="store_true", help="also mpi4py/OpenMPI and Gloo")
+    p.add_argument("--plot-dir", help="write collectives-<kind>.png here")
+    p.add_argument("--markdown", help="write the tables as Markdown here")
+    p.add_argument("--json", help="write the raw times here")
+    args = p.parse_args(argv)
+    args.kinds = list(KINDS) if args.kinds == "all" else args.kinds.split(",")
+    bad = [k for k in args.kinds if k not in KINDS]
+    if bad:
+        p.error(f"unknown collective(s) {', '.join(bad)}; expected {', '.join(KINDS)}")
+    args.nranks = [int(x) for x in args.nranks.split(",")]
+    args.sizes = [parse_size(x) for x in args.sizes.split(",")]
+    return args
+
+
+def main(argv, kinds=None):
+    args = parse_args(argv, kinds)
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    data = collect(args, log)
+    print(report(args, data))
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(report(args, data, markdown=True).lstrip() + "\n")
+        print(f"\nmarkdown: {args.markdown}")
+    if args.plot_dir:
+        for path in plot(args, data, args.plot_dir):
+            print(f"plot: {path}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({str(n): {k: {f"{b}/{a}": v for (b, a), v in per.items()}
+                                for k, per in by_kind.items()}
+                       for n, by_kind in data.items()}, f, indent=1)
+    return 0

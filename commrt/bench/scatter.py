@@ -1,0 +1,6 @@
+"""scatter against OpenMPI and Gloo (python -m commrt.bench collectives --kinds scatter)."""
+from commrt.bench import collectives
+
+
+def main(argv):
+    return collectives.main(argv, kinds="scatter")
