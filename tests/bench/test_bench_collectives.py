@@ -1,0 +1,43 @@
+"""python -m commrt.bench collectives: every collective measured and checked in one
+launch, and the report's ratio columns (tiny sizes: a smoke run, not a benchmark)."""
+import types
+
+import pytest
+
+from commrt.bench import _coll, allreduce, collectives
+
+
+@pytest.mark.timeout(300)
+def test_every_collective_runs_checked_in_one_launch():
+    spec = {"kinds": list(_coll.KINDS), "sizes": [8, 4096], "target_s": 0.001, "slices": 1,
+            "algos": {k: ["auto"] for k in _coll.KINDS}}
+    res = allreduce.run_commrt(3, spec, "shm", 120)
+    got = {(row["kind"], row["bytes"]) for row in res["rows"]}
+    want = {(k, s) for k in _coll.KINDS for s in ([0] if k == "barrier" else [8, 4096])}
+    assert got == want
+    assert all(row["time_s"] > 0 for row in res["rows"])
+
+
+def test_report_ratios_take_the_better_openmpi():
+    args = types.SimpleNamespace(kinds=["broadcast", "barrier"], sizes=[8], rounds=3,
+                                 transport="shm")
+    data = {2: {"broadcast": {("commrt", "auto"): {8: [1e-6, 2e-6, 3e-6]},
+                              ("ompi", "default"): {8: [4e-6] * 3},
+                              ("ompi-nocma", "default"): {8: [3e-6] * 3},
+                              ("gloo", "default"): {8: [20e-6] * 3}},
+                "barrier": {("commrt", "auto"): {0: [1e-6] * 3},
+                            ("ompi", "default"): {0: [2e-6] * 3}}}}
+    text = collectives.report(args, data)
+    line = next(ln for ln in text.splitlines() if ln.startswith("8 B"))
+    assert line.split()[-2:] == ["1.50", "10.00"], line      # 3.0 / 2.0, 20 / 2
+    assert "barrier, N = 2" in text and "busbw" not in text.split("barrier, N = 2")[1]
+    md = collectives.report(args, data, markdown=True)
+    assert "| size | auto | gloo | ompi | ompi-nocma | vs MPI | vs Gloo |" in md
+
+
+def test_busbw_factors_are_nccl_tests():
+    f = collectives.busbw_factor
+    assert f("all_reduce", 4) == 1.5 and f("broadcast", 4) == 1.0 and f("reduce", 4) == 1.0
+    assert all(f(k, 4) == 0.75 for k in ("all_gather", "gather", "reduce_scatter", "scatter",
+                                           "all_to_all"))
+    assert f("barrier", 4) == 0.0
