@@ -188,7 +188,8 @@ def _panel(ax, args, kind, n, per):
         xs = [s for s in sizes if by_size.get(s)]
         med = [Summary(by_size[s]).median for s in xs]
         ys = [s / t * f / 1e9 for s, t in zip(xs, med)] if f else [t * 1e6 for t in med]
-        label = key[1] if key[0] == "commrt" else key[0]
+        label = (("commrt" if key[1] == "auto" else f"commrt/{key[1]}") if key[0] == "commrt"
+                 else key[0])
         if kind == "barrier":
             ax.bar(label, ys[0] if ys else 0)
             continue
@@ -196,6 +197,7 @@ def _panel(ax, args, kind, n, per):
                 lw=2.5 if key == ("commrt", "auto") else 1.2)
     if kind != "barrier":
         ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
         ax.set_xlabel("size (bytes)")
         ax.legend(fontsize=7)
     ax.set_ylabel("busbw (GB/s)" if f else "µs per call")

@@ -185,12 +185,12 @@ def _planned(comm, key, out, inbuf):
     return plan is not None and plans.run(comm, st, plan, out, inbuf)
 
 
-def _plan_key(comm, algorithm, timeout, async_op, root, *parts):
+def _plan_key(kind, algorithm, timeout, async_op, root, *parts):
     """The plan key of a call that may take a plan (else None): no algorithm,
     timeout or async_op given, an int root, NumPy arrays (or None)."""
     if algorithm is not None or timeout is not None or async_op or type(root) is not int:
         return None
-    key = [root]
+    key = [kind, root]
     for a in parts:
         if type(a) is _ndarray:
             key.append((a.shape, a.dtype))
@@ -219,9 +219,8 @@ def barrier(comm, *, timeout=None, async_op=False):
 @entry
 def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Copy root's buf into every rank's buf."""
-    key = _plan_key(comm, algorithm, timeout, async_op, root, buf)
-    if key is not None and buf is not None:
-        key = ("broadcast",) + key
+    key = _plan_key("broadcast", algorithm, timeout, async_op, root, buf)
+    if key is not None:
         if _planned(comm, key, buf, None):
             return buf
     root = _check_root(comm, root)
@@ -244,9 +243,8 @@ def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False
 def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     """Combine every rank's buf element-wise with op; the result replaces root's buf
     (other ranks' buffers are left unchanged)."""
-    key = _plan_key(comm, algorithm, timeout, async_op, root, buf)
-    if key is not None and buf is not None:
-        key = ("reduce", op) + key
+    key = _plan_key(("reduce", op), algorithm, timeout, async_op, root, buf)
+    if key is not None:
         at_root = comm.rank == root
         if _planned(comm, key, buf if at_root else None, None if at_root else buf):
             return buf
@@ -341,9 +339,8 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
 @entry
 def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """out (size·len(buf) elements) receives every rank's buf in rank order."""
-    key = _plan_key(comm, algorithm, timeout, async_op, 0, out, buf)
-    if key is not None and out is not None and buf is not None:
-        key = ("all_gather",) + key
+    key = _plan_key("all_gather", algorithm, timeout, async_op, 0, out, buf)
+    if key is not None:
         if _planned(comm, key, out, buf):
             return out
     flat, _ = _host(buf, "buf", False)
@@ -368,9 +365,8 @@ def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
 def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Root's out (size·len(buf) elements) receives every rank's buf in rank order."""
     mine = out if comm.rank == root else None
-    key = _plan_key(comm, algorithm, timeout, async_op, root, buf, mine)
-    if key is not None and buf is not None:
-        key = ("gather",) + key
+    key = _plan_key("gather", algorithm, timeout, async_op, root, buf, mine)
+    if key is not None:
         if _planned(comm, key, mine, buf):
             return mine
     root = _check_root(comm, root)
@@ -402,9 +398,8 @@ def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_o
 def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Rank i's out receives block i of root's buf (size·len(out) elements)."""
     mine = buf if comm.rank == root else None
-    key = _plan_key(comm, algorithm, timeout, async_op, root, out, mine)
-    if key is not None and out is not None:
-        key = ("scatter",) + key
+    key = _plan_key("scatter", algorithm, timeout, async_op, root, out, mine)
+    if key is not None:
         if _planned(comm, key, out, mine):
             return out
     root = _check_root(comm, root)
@@ -435,9 +430,8 @@ def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_
 @entry
 def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     """buf holds size·len(out) elements; rank i's out gets block i reduced over all ranks."""
-    key = _plan_key(comm, algorithm, timeout, async_op, 0, out, buf)
-    if key is not None and out is not None and buf is not None:
-        key = ("reduce_scatter", op) + key
+    key = _plan_key(("reduce_scatter", op), algorithm, timeout, async_op, 0, out, buf)
+    if key is not None:
         if _planned(comm, key, out, buf):
             return out
     flat, _ = _host(buf, "buf", False)
@@ -466,9 +460,8 @@ def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asyn
 @entry
 def all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """Block j of rank i's buf lands in block i of rank j's out (size blocks each)."""
-    key = _plan_key(comm, algorithm, timeout, async_op, 0, out, buf)
-    if key is not None and out is not None and buf is not None:
-        key = ("all_to_all",) + key
+    key = _plan_key("all_to_all", algorithm, timeout, async_op, 0, out, buf)
+    if key is not None:
         if _planned(comm, key, out, buf):
             return out
     flat, _ = _host(buf, "buf", False)
