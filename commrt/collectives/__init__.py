@@ -296,7 +296,10 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
                 plan = st.small.get(key)
             except TypeError:               # an unhashable op: let the checks below name it
                 plan = key = None
-            if plan is not None:
+            if plan is not None and plan.sched:     # not a power of two (plans.py)
+                if plans.run(comm, st, plan, buf, None):
+                    return buf
+            elif plan is not None:
                 seq = st.seq
                 meta = plan.base | (seq & _SEQ_MASK)
                 st.seq = seq + 1
@@ -324,6 +327,7 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
         algorithm = _cost.choose("all_reduce", comm, flat.nbytes, timeout)
         if algorithm == "recursive_doubling" and key is not None:
             _small.prepare(comm, state_of(comm), buf, key, op)
+            plans.prepare_all_reduce(comm, state_of(comm), key, buf, op, red)
         elif algorithm == "rabenseifner" and key is not None:
             _small.prepare_rabenseifner(comm, state_of(comm), buf, key, op, red.hook)
     mod = registry.module("all_reduce", algorithm)

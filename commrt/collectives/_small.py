@@ -59,6 +59,7 @@ class Plan:
                  "steps", "nsteps", "chain", "fused", "combine", "wait", "avg", "first_last",
                  "plain")
     ranged = False
+    sched = False
 
     def __init__(self, comm, st, kind, algo, buf, op, kernel, ufunc, avg, steps):
         self.kind, self.algo = kind, algo
@@ -100,6 +101,7 @@ class RangedPlan:
     __slots__ = ("kind", "algo", "base", "meta2", "count", "nbytes", "dtype", "op", "steps",
                  "nsteps", "chain", "fused", "wait", "avg", "hook")
     ranged = True
+    sched = False
 
     def __init__(self, comm, st, buf, op, hook, avg, steps):
         self.kind, self.algo = "all_reduce", "rabenseifner"

@@ -50,10 +50,13 @@ class SchedPlan:
     """One prepared collective: its fingerprint, its chain, the chain's steps
     (message tuples, for the hand-over), and what follows a clean run."""
     __slots__ = ("kind", "algo", "base", "meta2", "count", "dtype", "op", "root", "chain",
-                 "steps", "nsteps", "wait", "tmp", "isz", "avg", "large")
+                 "steps", "nsteps", "wait", "tmp", "isz", "avg", "large", "after")
+    sched = True            # (the all-reduce's entry tells these from _small's plans)
 
     def __init__(self, comm, st, kind, algo, count, dtype, op, root, steps, tmp, nbytes,
-                 in_nbytes, avg):
+                 in_nbytes, avg, hooks=None, kernel=None):
+        """hooks: per step, 0 or (C address, our operand first) of a combine of tmp
+        into the output after the step (recursive doubling's ordered combine)."""
         self.kind, self.algo, self.count, self.dtype, self.op, self.root = (
             kind, algo, count, np.dtype(dtype), op, root)
         self.base, self.meta2 = pack(0, kind_code(kind), algo_code(kind, algo), count,
@@ -61,8 +64,11 @@ class SchedPlan:
                                      op.value if op is not None else 0, root)
         self.steps, self.nsteps, self.tmp = steps, len(steps), tmp
         self.isz = self.dtype.itemsize
-        self.chain = comm.channel.exchange_chain([(msgs, 0) for msgs in steps], tmp, 0, TAG,
-                                                 nbytes, self.isz, in_nbytes)
+        hooks = hooks or [0] * len(steps)
+        self.after = [None if not h else (kernel, not h[1]) for h in hooks]
+        self.chain = comm.channel.exchange_chain(
+            [(msgs, h[0] if h else 0) for msgs, h in zip(steps, hooks)], tmp,
+            count if any(hooks) else 0, TAG, nbytes, self.isz, in_nbytes)
         self.wait = min(st.probe_s, st.timeout)
         self.avg = avg
         self.large = max(nbytes, in_nbytes) > _small.RANGED_MAX_BYTES // 16
@@ -148,6 +154,42 @@ def _reduce_binomial(n, r, sched, m, isz, root, hook):
     return steps, m * isz
 
 
+def prepare_all_reduce(comm, st, key, buf, op, red):
+    """A plan for recursive doubling on a world that is not a power of two (the
+    power-of-two ones are _small.py's): the fold's send-only and receive-only
+    steps around the exchanges, which combine after the step with the lower
+    rank's operand first, as the general path does."""
+    from commrt.collectives.all_reduce import recursive_doubling
+    from commrt.kernels import combine_address
+
+    n, r = comm.size, comm.rank
+    if n < 3 or not n & (n - 1) or not red.hook or buf.dtype not in DTYPE_CODE:
+        return
+    if not (buf.flags.c_contiguous and buf.flags.writeable) or buf.nbytes > MAX_TMP_BYTES:
+        return
+    nb = buf.nbytes
+    steps, hooks = [], []
+    for step in recursive_doubling.schedule(n, r, buf.size):
+        exchange = len(step) == 2
+        msgs = []
+        for m in step:
+            if m.op == "send":
+                msgs.append((SEND, m.peer, BUF, 0, nb, 0))
+            elif exchange:                  # received whole, combined after the step
+                msgs.insert(0, (RECV, m.peer, TMP, 0, nb, 0))
+            else:                           # the fold: combined as it lands, or the result
+                msgs.append((RECV, m.peer, BUF, 0, nb, red.hook if m.op == "combine" else 0))
+        first = exchange and r < step[0].peer
+        steps.append(msgs)
+        hooks.append((combine_address(red.kernel, buf.dtype, not first), first) if exchange
+                     else 0)
+    if not all(h == 0 or h[0] for h in hooks):
+        return
+    _small._keep(st, key, SchedPlan(comm, st, "all_reduce", "recursive_doubling", buf.size,
+                                    buf.dtype, op, 0, steps, np.empty(nb, np.uint8), nb, 0,
+                                    op.name == "AVG", hooks, red.kernel))
+
+
 LAYOUTS = {("broadcast", "binomial"): _broadcast, ("gather", "linear"): _gather,
            ("scatter", "linear"): _scatter, ("all_gather", "bruck"): _all_gather_bruck,
            ("all_gather", "direct"): _all_gather_out, ("all_gather", "ring"): _all_gather_out,
@@ -216,8 +258,10 @@ def _resume(comm, plan, seq, i, out, inbuf):
     try:
         views = [_flat(out, plan.dtype), _flat(inbuf, plan.dtype), _flat(plan.tmp, plan.dtype)]
         _finish_step(call, plan.steps[i], reqs)
-        for step in plan.steps[i + 1:]:
-            _run_step(call, step, views, plan.isz)
+        _after(plan, i, views)
+        for j in range(i + 1, plan.nsteps):
+            _run_step(call, plan.steps[j], views, plan.isz)
+            _after(plan, j, views)
         call.end()
     except BaseException as exc:
         err = call.fail_everywhere(exc)
@@ -226,6 +270,15 @@ def _resume(comm, plan, seq, i, out, inbuf):
         raise err from exc
     finally:
         call.state.current = None
+
+
+def _after(plan, j, views):
+    """Step j's combine after its messages, as the chain's hook does it."""
+    after = plan.after[j]
+    if after is not None:
+        from commrt.kernels import combine_into
+
+        combine_into(views[BUF], views[TMP], after[0], after[1])
 
 
 def _flat(a, dtype):

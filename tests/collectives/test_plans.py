@@ -1,4 +1,6 @@
-"""The prepared plans of every collective (collectives/plans.py): the same
+"""The prepared plans of every collective (collectives/plans.py; the
+all-reduce's on worlds that are not a power of two, _small.py's on the
+others, which test_small_allreduce.py holds too): the same
 results, traffic and failures as the general path that runs the same schedule.
 
 A call with timeout= keeps to the general path, so each test compares the
@@ -10,7 +12,9 @@ import pytest
 import plan_ranks as P
 from commrt.testing import World, WorldError
 
-ENV = {"COMMRT_COLL_PROBE_S": "0.5"}
+# the all-reduce's plans are recursive doubling's (whatever the cost model would
+# pick on a loaded host)
+ENV = {"COMMRT_COLL_PROBE_S": "0.5", "COMMRT_ALLREDUCE_ALGO": "recursive_doubling"}
 
 
 @pytest.fixture(scope="module", params=[(2, "shm"), (3, "shm"), (4, "shm"), (5, "shm"),
@@ -27,7 +31,8 @@ CASES = [("float32", "SUM"), ("float64", "MAX"), ("int32", "AVG"), ("uint8", "BX
 @pytest.mark.parametrize("kind", P.KINDS)
 @pytest.mark.parametrize("n", [0, 1, 7, 3000])
 def test_planned_equals_general(world, kind, n):
-    for dtype, op in (CASES if kind in ("reduce", "reduce_scatter") else CASES[:2]):
+    for dtype, op in (CASES if kind in ("reduce", "reduce_scatter", "all_reduce")
+                      else CASES[:2]):
         for root in ((0, world.size - 1) if kind in ("broadcast", "reduce", "gather", "scatter")
                      else (0,)):
             res = world.run(P.same_results, kind, n, dtype, op, root)
@@ -66,7 +71,7 @@ def test_plan_cache_is_bounded(world):
     assert world.run(P.bounded, MAX_PLANS + 20) == [MAX_PLANS] * world.size
 
 
-@pytest.mark.parametrize("kind", ["broadcast", "reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("kind", ["broadcast", "reduce_scatter", "all_gather", "all_reduce"])
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_dead_peer_fails_the_others(kind, transport, tmp_path):
     with World(3, transport=transport, env=ENV, timeout=60) as w:
