@@ -180,8 +180,8 @@ knob("COMMRT_TORCH_FULL", False, _bool,
      "Tests: tests/torch/test_torch_suite.py runs torch's whole generic distributed suite, not the CI subset.")
 knob("COMMRT_TORCH_SUITE_BACKEND", "commrt", str,
      "Tests: the backend tests/torch/test_torch_suite.py runs torch's suite against (commrt or gloo).")
-knob("COMMRT_TORCH_SUITE_START", "spawn", str,
-     "Tests: how tests/torch/test_torch_suite.py starts each test's ranks: spawn (torch's default), fork or forkserver (several times faster: the ranks do not import the suite again).")
+knob("COMMRT_TORCH_SUITE_START", "fork", str,
+     "Tests: how tests/torch/test_torch_suite.py starts each test's ranks: fork (the CI subset's and the full run's default: ~0.5 s a test, the ranks inherit the imported suite), forkserver, or spawn (torch's own default, ~5 s a test: every rank imports the suite again).")
 knob("COMMRT_TORCH_SUITE_WORLD", 2, int, "Tests: the world size of torch's suite in tests/torch/test_torch_suite.py.")
 knob("COMMRT_TORCH_SUITE_GATES", "gloo", str,
      "Tests: the backend name torch's suite evaluates its backend gates (`BACKEND == \"gloo\"`) with when it runs on commrt: gloo (commrt runs every test gloo runs) or commrt (its own name: gloo-only tests skip).")
