@@ -1,5 +1,6 @@
 """An unmodified DDP script: `python ddp_script.py BACKEND OUT` under torchrun or
-commrt-launch (env:// init); rank 0 saves the parameters after a few steps."""
+commrt-launch (env:// init); every rank saves its parameters after a few steps
+to OUT with its rank before the suffix (out.npz -> out.0.npz, out.1.npz, ...)."""
 import sys
 
 import numpy as np
@@ -21,9 +22,9 @@ def main():
         opt.zero_grad()
         ddp(torch.randn(4, 16, generator=g)).square().mean().backward()
         opt.step()
-    if rank == 0:
-        np.savez(out, *[p.detach().numpy() for p in model.parameters()],
-                 backend=np.array(dist.get_backend()), size=np.array(dist.get_world_size()))
+    root, ext = out.rsplit(".", 1)
+    np.savez(f"{root}.{rank}.{ext}", *[p.detach().numpy() for p in model.parameters()],
+             backend=np.array(dist.get_backend()), size=np.array(dist.get_world_size()))
     dist.destroy_process_group()
 
 

@@ -1,6 +1,8 @@
-"""An unmodified DDP script on "commrt" under torchrun and under commrt-launch reaches
-the parameters the same script reaches on gloo (commrt-launch also exports
-MASTER_ADDR/MASTER_PORT, so env:// works there for gloo too)."""
+"""An unmodified DDP script on "commrt" under torchrun and under commrt-launch, at
+N = 2, 3, 4, reaches the parameters the same script reaches on gloo from the same
+seeds, on every rank (commrt-launch also exports MASTER_ADDR/MASTER_PORT, so
+env:// works there for gloo too).  gloo runs once per N, under the launcher that
+the N's first case uses: its result does not depend on the launcher."""
 import os
 import shutil
 import subprocess
@@ -12,6 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "ddp_script.py")
+LAUNCHERS = ("torchrun", "commrt-launch")
 
 
 def _env():
@@ -23,6 +26,7 @@ def _env():
 
 
 def launch(launcher, n, backend, out):
+    """Every rank's parameters after the script's steps: [rank][param] arrays."""
     if launcher == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={n}", SCRIPT, backend, out]
@@ -31,16 +35,35 @@ def launch(launcher, n, backend, out):
                SCRIPT, backend, out]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    got = np.load(out)
-    assert str(got["backend"]) == backend and int(got["size"]) == n
-    return [got[f"arr_{i}"] for i in range(4)]
+    root, ext = out.rsplit(".", 1)
+    ranks = []
+    for rank in range(n):
+        got = np.load(f"{root}.{rank}.{ext}")
+        assert str(got["backend"]) == backend and int(got["size"]) == n
+        ranks.append([got[f"arr_{i}"] for i in range(4)])
+    return ranks
+
+
+@pytest.fixture(scope="module")
+def gloo_params(tmp_path_factory):
+    """gloo's parameters at N, computed once per N (under the first launcher asking)."""
+    cache = {}
+
+    def get(launcher, n):
+        if n not in cache:
+            out = str(tmp_path_factory.mktemp(f"gloo{n}") / "gloo.npz")
+            cache[n] = launch(launcher, n, "gloo", out)[0]
+        return cache[n]
+    return get
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("launcher,n", [("torchrun", 2), ("commrt-launch", 3),
-                                        ("torchrun", 4)])
-def test_ddp_script_matches_gloo(launcher, n, tmp_path):
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_ddp_script_matches_gloo(launcher, n, tmp_path, gloo_params):
     ours = launch(launcher, n, "commrt", str(tmp_path / "commrt.npz"))
-    gloo = launch(launcher, n, "gloo", str(tmp_path / "gloo.npz"))
-    for p, q in zip(ours, gloo):
-        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+    gloo = gloo_params(launcher, n)
+    for rank, params in enumerate(ours):
+        for p, q in zip(params, gloo):
+            np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{launcher}, N={n}, rank {rank} against gloo")
