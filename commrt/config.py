@@ -184,7 +184,7 @@ knob("COMMRT_TORCH_SUITE_START", "fork", str,
      "Tests: how tests/torch/test_torch_suite.py starts each test's ranks: fork (the CI subset's and the full run's default: ~0.5 s a test, the ranks inherit the imported suite), forkserver, or spawn (torch's own default, ~5 s a test: every rank imports the suite again).")
 knob("COMMRT_TORCH_SUITE_WORLD", 2, int, "Tests: the world size of torch's suite in tests/torch/test_torch_suite.py.")
 knob("COMMRT_TORCH_SUITE_GATES", "gloo", str,
-     "Tests: the backend name torch's suite evaluates its backend gates (`BACKEND == \"gloo\"`) with when it runs on commrt: gloo (commrt runs every test gloo runs) or commrt (its own name: gloo-only tests skip).")
+     "Tests: the backend name torch's suite evaluates its backend gates (`BACKEND == \"gloo\"`) with when it runs on commrt: gloo (commrt runs every test gloo runs), mpi (the CPU all-to-all tests, which the suite runs for MPI only) or commrt (its own name: gloo-only tests skip).")
 
 
 def get(name: str):

@@ -1,12 +1,16 @@
 """The conformance table of docs/torch.md from two junit files of torch's suite.
 
     python tests/torch/conformance.py commrt.xml gloo.xml
+    python tests/torch/conformance.py --skipped-for "small world size" gloo.xml
+
 
 Each file is what ``pytest tests/torch/test_torch_suite.py --junitxml=FILE``
 wrote (docs/torch.md has the commands).  Prints passed / skipped / failed
 side by side, then every test gloo passes and commrt fails or skips (the
 issue counts a skip there as a failure), with commrt's first line of error,
-then any test commrt passes and gloo does not.
+then any test commrt passes and gloo does not.  --skipped-for TEXT prints, as a
+pytest -k expression, the tests of one file skipped with TEXT in the reason
+(to rerun just those at another world size).
 """
 import argparse
 import sys
@@ -54,9 +58,18 @@ def table(names, results):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("commrt", help="junit xml of the run on commrt")
-    ap.add_argument("gloo", help="junit xml of the run on gloo")
+    ap.add_argument("--skipped-for", metavar="TEXT",
+                    help="print a -k expression of FILE's tests skipped for TEXT")
+    ap.add_argument("commrt", help="junit xml of the run on commrt (FILE with --skipped-for)")
+    ap.add_argument("gloo", nargs="?", help="junit xml of the run on gloo")
     args = ap.parse_args(argv)
+    if args.skipped_for is not None:
+        names = sorted(t for t, (o, m) in outcomes(args.commrt).items()
+                       if o == "skipped" and args.skipped_for in m)
+        print(" or ".join(names))
+        return 0 if names else 1
+    if args.gloo is None:
+        ap.error("two junit files are needed (commrt's, gloo's)")
     ours, theirs = outcomes(args.commrt), outcomes(args.gloo)
     print(table(("commrt", "gloo"), (ours, theirs)))
     behind = sorted(t for t, (o, _) in theirs.items()

@@ -17,7 +17,8 @@ Many tests are gated on the backend's name (``BACKEND == "gloo"``, 259 gates):
 by default (COMMRT_TORCH_SUITE_GATES=gloo) the suite evaluates them as for
 gloo, and every process group it asks of gloo is made on commrt, so commrt
 runs exactly the tests gloo runs (a test that compares dist.get_backend()
-with "gloo" then fails by name; docs/torch.md lists those).
+with "gloo" then fails by name; docs/torch.md lists those).  GATES=mpi runs the
+CPU all-to-all tests, which the suite runs for MPI only, on commrt the same way.
 Every test starts WORLD processes (by fork unless COMMRT_TORCH_SUITE_START says
 otherwise) that init_process_group(BACKEND, file://).
 """
