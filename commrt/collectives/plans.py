@@ -30,8 +30,9 @@ path waits at the end of the call: the same messages, but a send that had
 to wait for its receiver's later step could deadlock.  Steps of these
 schedules are matched step for step or down a tree, except the direct
 reduce-scatter's (its sends go out in step 0, its receives are taken one
-peer after another), whose plan is therefore only made for blocks small
-enough to be sent eagerly (COMMRT_EAGER_LIMIT), which complete as posted.
+peer after another), whose plan is therefore only made, beyond N = 2 (one
+peer: matched in step 0), for blocks small enough to be sent eagerly
+(COMMRT_EAGER_LIMIT), which complete as posted.
 """
 import numpy as np
 
@@ -127,7 +128,7 @@ def _all_gather_out(n, r, sched, m, isz, root, hook):
 
 
 def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
-    if not hook or m * isz > config.get("COMMRT_EAGER_LIMIT"):
+    if not hook or (n > 2 and m * isz > config.get("COMMRT_EAGER_LIMIT")):
         return None, None
     steps = [_msgs(s, isz, BUF, IN, hook) for s in sched]
     steps[0].insert(0, _copy(r, BUF, 0, IN, r * m * isz, m * isz))

@@ -15,11 +15,13 @@ KINDS = ["broadcast", "reduce", "gather", "scatter", "all_gather", "reduce_scatt
          "all_to_all", "all_reduce"]
 
 
-def planned(comm, kind):
+def planned(comm, kind, n=None):
     """Whether comm holds a plan of this collective (an all-reduce's: plans.py's on
-    worlds that are not a power of two, _small.py's on the others)."""
+    worlds that are not a power of two, _small.py's on the others); n: one for
+    n elements per block."""
     return any(getattr(p, "kind", None) == kind and (isinstance(p, SchedPlan)
                                                      or kind == "all_reduce")
+               and (n is None or p.count in (n, comm.size * n))
                for p in comm.state["collectives"].small.values())
 
 
@@ -101,7 +103,7 @@ def same_results(comm, kind, n, dtype, op, root):
     call(comm, kind, 1, n, dtype, op, root)             # the first call prepares the plan
     planned_out = [call(comm, kind, 10 + i, n, dtype, op, root) for i in range(3)]
     general_out = [call(comm, kind, 10 + i, n, dtype, op, root, True) for i in range(3)]
-    return planned_out, general_out, planned(comm, kind)
+    return planned_out, general_out, planned(comm, kind, n)
 
 
 def traffic(comm, kind, n, root=0):
@@ -120,7 +122,7 @@ def traffic(comm, kind, n, root=0):
         # (messages received would count a peer's barrier message racing the snapshot)
         out.append({q: [s1[q][f] - s0[q][f] for f in ("bytes_sent", "bytes_recv", "msgs_sent")]
                     for q in s1 if q in s0})
-    return out, planned(comm, kind)
+    return out, planned(comm, kind, n)
 
 
 def mismatch(comm, kind):

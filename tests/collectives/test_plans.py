@@ -45,10 +45,20 @@ def test_planned_equals_general(world, kind, n):
 def test_planned_sends_the_general_paths_messages(world, kind):
     for n in (5, 5000):
         res = world.run(P.traffic, kind, n, world.size - 1)
+        # the direct reduce-scatter's plan: blocks sent eagerly only, beyond N = 2
+        want = not (kind == "reduce_scatter" and n * 4 > 16384 and world.size > 2)
         for r, ((planned, general), has_plan) in enumerate(res):
-            assert has_plan, (kind, n, r)
+            assert has_plan == want, (kind, n, r)
             assert planned == general, (kind, n, r, planned, general)
             assert any(v[0] or v[1] for v in planned.values()), (kind, n, r, planned)
+
+
+def test_large_reduce_scatter_planned_on_two_ranks(world):
+    """Blocks beyond the eager limit (80 KB): planned at N = 2 (no deadlock with one
+    peer), the general path beyond."""
+    for planned, general, has_plan in world.run(P.same_results, "reduce_scatter", 20000,
+                                                "float32", "SUM", 0):
+        assert planned == general and has_plan == (world.size == 2)
 
 
 @pytest.mark.parametrize("kind", P.KINDS)
