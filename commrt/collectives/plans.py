@@ -51,7 +51,7 @@ class SchedPlan:
     """One prepared collective: its fingerprint, its chain, the chain's steps
     (message tuples, for the hand-over), and what follows a clean run."""
     __slots__ = ("kind", "algo", "base", "meta2", "count", "dtype", "op", "root", "chain",
-                 "steps", "nsteps", "wait", "tmp", "isz", "avg", "large", "after")
+                 "steps", "nsteps", "wait", "tmp", "isz", "avg", "large", "after", "plain")
     sched = True            # (the all-reduce's entry tells these from _small's plans)
 
     def __init__(self, comm, st, kind, algo, count, dtype, op, root, steps, tmp, nbytes,
@@ -73,6 +73,7 @@ class SchedPlan:
         self.wait = min(st.probe_s, st.timeout)
         self.avg = avg
         self.large = max(nbytes, in_nbytes) > _small.RANGED_MAX_BYTES // 16
+        self.plain = not (self.avg or self.large)      # nothing to do after a clean run
 
 
 # -- layouts: an algorithm's schedule as chain messages ----------------------------------
@@ -226,12 +227,18 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
 
 def run(comm, st, plan, out, inbuf):
     """Run the collective along its plan: True, or False (having done nothing)
-    when the buffers do not fit it (the caller takes the general path)."""
+    when the buffers do not fit it (the caller takes the general path).
+    (commrt.collectives._planned runs these first lines itself, then finish.)"""
     seq = st.seq
     meta = plan.base | (seq & SEQ_MASK)
     st.seq = seq + 1
     st.history.append((seq, meta, plan.meta2))
-    i = plan.chain.run(out, meta, plan.wait, 0, None, plan.meta2, inbuf)
+    return finish(comm, st, plan, seq, plan.chain.run(out, meta, plan.wait, 0, None,
+                                                      plan.meta2, inbuf), out, inbuf)
+
+
+def finish(comm, st, plan, seq, i, out, inbuf):
+    """The rest of run() once the chain's run returned i."""
     if i == plan.nsteps:
         if plan.large:
             plan.chain.release()
