@@ -98,14 +98,19 @@ def model_crossover(n, per_node, links, sizes, a="ring", b="dbtree"):
 
 
 # the simulated crossover looks up to this size (beyond, a 1 GiB tree pass is
-# thousands of segments per rank: minutes per world size)
+# thousands of segments per rank: minutes per world size), at every other size
+# (x4), and up to SIM_CROSS_RANKS ranks (with several ranks to a node the ring
+# runs in full: 4·N² messages a size)
 SIM_CROSS_MAX = 64 << 20
+SIM_CROSS_RANKS = 256
 
 
 def sim_crossover(n, per_node, links, sizes, a="ring", b="dbtree"):
     """The same from the simulator over sizes up to SIM_CROSS_MAX, where both
     algorithms have schedules and fit the simulator's bound (else None)."""
-    sizes = [k for k in sizes if k <= SIM_CROSS_MAX]
+    sizes = [k for k in sizes if k <= SIM_CROSS_MAX][::2]
+    if n > SIM_CROSS_RANKS:
+        return None
     ok, _ = simulable([a, b], n)
     if len(ok) < 2:
         return None
@@ -163,7 +168,8 @@ def crossover_table(rows, sizes=CROSS_SIZES):
              ", ".join(f"{a} from {fmt_size(k)}" for k, a in r["commrt_picks"])]
             for r in rows]
     return table(["N", "nodes", "commrt model ring>dbtree",
-                  f"simulated (to {fmt_size(SIM_CROSS_MAX)})", "NCCL ring>tree",
+                  f"simulated (x4 to {fmt_size(SIM_CROSS_MAX)}, N <= {SIM_CROSS_RANKS})",
+                  "NCCL ring>tree",
                   "NCCL (Simple)", "commrt's picks"], body, "rrrrrrl")
 
 
