@@ -63,6 +63,10 @@ def sweep(ranks, sizes, algos, per_node, links, log=None):
             continue
         topo = topology(n, per_node, links)
         ok, why = simulable(algos, n)
+        if n // per_node == 1 or per_node == 1:   # as the cost model: for several hosts
+            for algo in [a for a in ok if getattr(schedules.module(a), "LINKS", False)]:
+                ok.remove(algo)                    # of several ranks only (hierarchical)
+                why.setdefault(algo, "needs several nodes of several ranks")
         for algo, reason in why.items():
             skipped.setdefault(algo, reason)
         for k in sizes:
