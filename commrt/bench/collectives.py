@@ -16,7 +16,8 @@ reduce_scatter, scatter and all_to_all (N-1)/N; a barrier only has a time.
 ``vs MPI`` is the better OpenMPI configuration's median time over commrt's
 (auto), ``vs Gloo`` Gloo's over commrt's: above 1.00 commrt is faster.
 ``--algos all`` adds every fixed algorithm and ``auto/best`` (the automatic
-choice's time over the best fixed one's).  ``--plot-dir`` writes
+choice's time over the best fixed one's).  ``--json`` is rewritten after
+every launch, so a run cut short keeps its samples.  ``--plot-dir`` writes
 ``collectives-<kind>.png`` (busbw, or time for the barrier, against size, a
 line per system, a panel per N); ``--markdown`` the tables as Markdown
 (docs/performance-collectives.md).  ``allreduce`` and the per-collective
@@ -86,7 +87,16 @@ def collect(args, log):
                     key = (name, row["algo"])
                     per[row["kind"]].setdefault(key, {}).setdefault(row["bytes"], []).append(
                         row["time_s"])
+                if args.json:               # a run cut short still leaves its samples
+                    write_json(args.json, data)
     return data
+
+
+def write_json(path, data):
+    with open(path, "w") as f:
+        json.dump({str(n): {k: {f"{b}/{a}": v for (b, a), v in per.items()}
+                            for k, per in by_kind.items()}
+                   for n, by_kind in data.items()}, f, indent=1)
 
 
 def _median(per, key, size):
@@ -247,8 +257,5 @@ def main(argv, kinds=None):
         for path in plot(args, data, args.plot_dir):
             print(f"plot: {path}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({str(n): {k: {f"{b}/{a}": v for (b, a), v in per.items()}
-                                for k, per in by_kind.items()}
-                       for n, by_kind in data.items()}, f, indent=1)
+        write_json(args.json, data)
     return 0
