@@ -812,11 +812,11 @@ def create(opts, backend_options=None):
             _drop_world(_current[0])
         _current[0] = comm
         if members and members != list(range(comm.size)):
-            sub = comm._derive(members, ("torch", group))
+            sub = comm.channel.derive(members, ("torch", group))
             return ProcessGroupCommrt(opts.store, sub, timeout, world=comm, name=group)
         return ProcessGroupCommrt(opts.store, comm, timeout, name=group)
     world = _current[0]
-    sub = world._derive(members, ("torch", group))
+    sub = world.channel.derive(members, ("torch", group))
     if sub is None:
         raise RuntimeError(f"commrt: rank {world.rank} asked to join group {group!r} of ranks "
                            f"{members}, which it is not in")
