@@ -38,6 +38,9 @@ _RED = ReduceOp.RedOpType
 _OPS = {_RED.SUM: C.ReduceOp.SUM, _RED.PRODUCT: C.ReduceOp.PROD, _RED.MIN: C.ReduceOp.MIN,
         _RED.MAX: C.ReduceOp.MAX, _RED.AVG: C.ReduceOp.AVG, _RED.BAND: C.ReduceOp.BAND,
         _RED.BOR: C.ReduceOp.BOR, _RED.BXOR: C.ReduceOp.BXOR}
+_SUM, _CSUM = _RED.SUM, C.ReduceOp.SUM
+_AllreduceOptions = _c10d.AllreduceOptions
+_STRIDED = torch.strided
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)     # torch's default: commrt's own detection instead
 
 
@@ -110,6 +113,70 @@ class _Work(Work):
         pass
 
 
+class _CollWork(_Work):
+    """The Work of an asynchronous collective.
+
+    The communicator's worker runs the collective, then (still on the worker)
+    moves the results into place and sets ``_ready``: wait() returns on that,
+    one thread hop after the data landed.  The Future is completed by whichever
+    comes first: wait() (its callbacks then run in the waiting thread) or a
+    completer thread (never the worker itself: see _Completer)."""
+
+    def __init__(self, result):
+        super().__init__(Future())
+        self._value = result
+        self._exc = None
+        self._ready = threading.Event()
+
+    def finished(self, req, after):
+        """On the worker, once the collective has finished."""
+        exc = req.error
+        if exc is None and after is not None:
+            try:
+                after()
+            except BaseException as e:  # noqa: BLE001 - delivered through wait()/the Future
+                exc = e
+        self._exc = None if exc is None else torch_error(exc)
+        self._ready.set()
+        _COMPLETER.put(self)
+
+    def complete(self):
+        """Complete the Future once, from any thread but the worker."""
+        fut = self._fut
+        if fut.done():
+            return
+        try:
+            if self._exc is not None:
+                fut.set_exception(self._exc)
+            else:
+                fut.set_result(self._value)
+        except RuntimeError:
+            if not fut.done():      # not the other thread's completion racing this one
+                raise
+
+    def wait(self, timeout=None):
+        secs = None if not timeout else timeout.total_seconds()
+        if not self._ready.wait(secs):
+            raise dist.DistBackendError(f"commrt: Work.wait timed out after {timeout}")
+        self.complete()
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def is_completed(self):
+        return self._ready.is_set()
+
+    def is_success(self):
+        return self._ready.is_set() and self._exc is None
+
+    def exception(self):
+        return self._exc
+
+    def result(self):
+        self.wait()
+        return self._value
+
+
 class _Completer:
     """Threads that complete async Works' Futures.
 
@@ -118,61 +185,99 @@ class _Completer:
     an all-reduce inside its then()), which would deadlock the worker that has
     to run them.  For the same reason a completer blocked in a callback must
     not hold up the next completion: when none is idle another one starts (as
-    Gloo keeps several worker threads), up to MAX; they end at stop()."""
+    Gloo keeps several worker threads), up to MAX.  stop() ends them; each
+    generation of threads has its own queue and idle count, so a thread of an
+    old generation finishing late never counts as idle in the new one (it
+    did: the next put then found "an idle thread" that did not exist, and its
+    Future was never completed, the repeated init/destroy hang)."""
 
     MAX = 16
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._queue = None
-        self._threads = []
-        self._idle = 0
+        self._gen = None            # [queue, threads, idle] of the running generation
 
-    def put(self, fut, value, exc):
+    def put(self, work):
         with self._lock:
-            if self._queue is None:
+            gen = self._gen
+            if gen is None:
                 import queue
 
-                self._queue = queue.SimpleQueue()
-            if self._idle == 0 and len(self._threads) < self.MAX:
-                t = threading.Thread(target=self._run, args=(self._queue,), daemon=True,
-                                     name=f"commrt-torch-futures-{len(self._threads)}")
-                self._threads.append(t)
-                self._idle += 1
+                gen = self._gen = [queue.SimpleQueue(), [], 0]
+            if gen[2] == 0 and len(gen[1]) < self.MAX:
+                t = threading.Thread(target=self._run, args=(gen,), daemon=True,
+                                     name=f"commrt-torch-futures-{len(gen[1])}")
+                gen[1].append(t)
+                gen[2] += 1
                 t.start()
-            self._idle -= 1                     # claimed by this item
-            self._queue.put((fut, value, exc))
+            gen[2] -= 1                     # claimed by this item
+            gen[0].put(work)
 
-    def _run(self, q):
+    def _run(self, gen):
+        q = gen[0]
         while True:
-            item = q.get()
-            if item is None:
+            work = q.get()
+            if work is None:
                 return
-            fut, value, exc = item
             try:
-                if exc is not None:
-                    fut.set_exception(exc)
-                else:
-                    fut.set_result(value)
+                work.complete()
             except BaseException:  # noqa: BLE001 - a callback's error stays in its Future
                 pass
             with self._lock:
-                self._idle += 1
+                gen[2] += 1
 
     def stop(self):
+        """End the threads once what is queued is completed (a world closing)."""
         with self._lock:
-            threads, self._threads = self._threads, []
-            q, self._queue = self._queue, None
-            self._idle = 0
-            for _ in threads:
-                q.put(None)
+            gen, self._gen = self._gen, None
+        if gen is None:
+            return
+        for _ in gen[1]:
+            gen[0].put(None)
         me = threading.current_thread()
-        for t in threads:
+        for t in gen[1]:
             if t is not me:
                 t.join(5.0)
 
 
 _COMPLETER = _Completer()
+
+
+class _DoneWork(Work):
+    """The Work of a call that finished before returning (blocking calls): one
+    pybind construction, no Future until someone asks for it."""
+
+    def __init__(self, result):
+        Work.__init__(self)
+        self._value = result
+
+    def wait(self, timeout=None):
+        return True
+
+    def get_future(self):
+        fut = Future()
+        fut.set_result(self._value)
+        return fut
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._value
+
+    def source_rank(self):
+        return -1
+
+    _source_rank = source_rank
+
+    def synchronize(self):
+        pass
 
 
 def _done(result):
@@ -262,7 +367,12 @@ def _one(tensors, what):
 
 
 def _host(t, writable):
-    """(flat NumPy view or staged copy, copy-back or None)."""
+    """(NumPy view or staged copy, copy-back or None)."""
+    if t.is_contiguous() and not t.requires_grad:
+        try:
+            return t.numpy(), None          # zero copy, ~0.3 us (commrt flattens it)
+        except (RuntimeError, TypeError):
+            pass                            # bfloat16, conj/neg bits, not on the CPU: below
     if in_place_ok(t):
         return _view(t), None
     staged, back = contiguous(t)
@@ -365,25 +475,21 @@ class ProcessGroupCommrt(ProcessGroup):
                     after()
             except Exception as exc:  # noqa: BLE001
                 _reraise(exc)
-            return self._record(_done(result))
-        fut = Future()
+            return self._finished(result)
+        work = _CollWork(result)
         try:
             req = launch(True)
         except Exception as exc:  # noqa: BLE001
             _reraise(exc)
+        req.add_done_callback(lambda r: work.finished(r, after))
+        return self._record(work)
 
-        def finished(r):                    # on the communicator's worker
-            if r.error is not None:
-                _COMPLETER.put(fut, None, torch_error(r.error))
-                return
-            try:
-                if after is not None:
-                    after()
-                _COMPLETER.put(fut, result, None)
-            except BaseException as exc:  # noqa: BLE001 - delivered through the Future
-                _COMPLETER.put(fut, None, torch_error(exc))
-        req.add_done_callback(finished)
-        return self._record(_Work(fut))
+    def _finished(self, result):
+        """The Work of a blocking call, done now (no Future until one is asked for)."""
+        work = _DoneWork(result)
+        if self._coalescing is not None:
+            self._coalescing.append(work)
+        return work
 
     def _record(self, work):
         if self._coalescing is not None:
@@ -396,6 +502,25 @@ class ProcessGroupCommrt(ProcessGroup):
 
     # -- all-reduce -------------------------------------------------------------------
     def allreduce(self, tensors, opts=None, *args):
+        # dist.all_reduce(t) of one dense CPU tensor, SUM, blocking: straight to
+        # commrt's prepared plan (~1 us), nothing built per call
+        if type(opts) is _AllreduceOptions and not opts.asyncOp and type(tensors) is list \
+                and len(tensors) == 1 and self._coalescing is None and opts.reduceOp == _SUM:
+            t = tensors[0]
+            if t.layout is _STRIDED and t.is_contiguous() and not t.requires_grad:
+                try:
+                    a = t.numpy()
+                except (RuntimeError, TypeError):
+                    a = None                # bfloat16, conj/neg bits, not on the CPU
+                if a is not None:
+                    try:
+                        self.comm.all_reduce(a, _CSUM)
+                    except Exception as exc:  # noqa: BLE001
+                        _reraise(exc)
+                    return _DoneWork(tensors)
+        return self._allreduce(tensors, opts)
+
+    def _allreduce(self, tensors, opts):
         if isinstance(opts, (ReduceOp, _RED)):
             opts, rop = None, opts
         else:

@@ -44,6 +44,15 @@ def every_op(rank, n):
     nc = (torch.arange(12.).reshape(3, 4) * r).t()
     dist.all_reduce(nc)
     out["all_reduce_noncontig"] = _np(nc)
+    s0 = torch.tensor(float(r))
+    dist.all_reduce(s0)
+    out["all_reduce_0d"] = _np(s0)
+    m = torch.arange(6.).reshape(2, 3) * r
+    dist.all_reduce(m)
+    out["all_reduce_2d"] = _np(m)
+    leaf = torch.full((3,), float(r), requires_grad=True)
+    dist.all_reduce(leaf)
+    out["all_reduce_requires_grad"] = _np(leaf)
     for root in range(n):
         b = torch.arange(7.) * (rank + 1)
         dist.broadcast(b, root)
@@ -159,6 +168,23 @@ def async_and_futures(rank, n):
     s = torch.full((3,), float(rank))
     dist.all_reduce(s, op=ReduceOp.SUM)          # a blocking call after async ones keeps order
     return float(doubled[0]), vals, float(s[0]), w.is_completed()
+
+
+def works_of_blocking_calls(rank, n):
+    """A ProcessGroup call with asyncOp False (the blocking fast path) still
+    returns a completed Work whose Future holds the tensors; async Works report
+    completion, success and their error (None) as gloo's do."""
+    pg = dist.distributed_c10d._get_default_group()
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    t = torch.ones(3)
+    w = pg.allreduce([t], opts)
+    sync = [w.is_completed(), w.is_success(), w.wait(), w.get_future().value()[0] is t,
+            t.tolist()]
+    a = dist.all_reduce(torch.ones(5), async_op=True)
+    a.wait()
+    return sync, [a.is_completed(), a.is_success(), a.exception() is None,
+                  a.get_future().value()[0].tolist()]
 
 
 def averages(rank, n):
