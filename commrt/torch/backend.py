@@ -40,7 +40,6 @@ _OPS = {_RED.SUM: C.ReduceOp.SUM, _RED.PRODUCT: C.ReduceOp.PROD, _RED.MIN: C.Red
         _RED.BOR: C.ReduceOp.BOR, _RED.BXOR: C.ReduceOp.BXOR}
 _SUM, _CSUM = _RED.SUM, C.ReduceOp.SUM
 _AllreduceOptions = _c10d.AllreduceOptions
-_STRIDED = torch.strided
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)     # torch's default: commrt's own detection instead
 
 
@@ -507,17 +506,18 @@ class ProcessGroupCommrt(ProcessGroup):
         if type(opts) is _AllreduceOptions and not opts.asyncOp and type(tensors) is list \
                 and len(tensors) == 1 and self._coalescing is None and opts.reduceOp == _SUM:
             t = tensors[0]
-            if t.layout is _STRIDED and t.is_contiguous() and not t.requires_grad:
+            try:
+                # numpy() refuses what commrt cannot use in place (requires_grad,
+                # bfloat16, conj/neg bits, not on the CPU); is_contiguous() a sparse t
+                a = t.numpy() if t.is_contiguous() else None
+            except (RuntimeError, TypeError):
+                a = None
+            if a is not None:
                 try:
-                    a = t.numpy()
-                except (RuntimeError, TypeError):
-                    a = None                # bfloat16, conj/neg bits, not on the CPU
-                if a is not None:
-                    try:
-                        self.comm.all_reduce(a, _CSUM)
-                    except Exception as exc:  # noqa: BLE001
-                        _reraise(exc)
-                    return _DoneWork(tensors)
+                    self.comm.all_reduce(a, _CSUM)
+                except Exception as exc:  # noqa: BLE001
+                    _reraise(exc)
+                return _DoneWork(tensors)
         return self._allreduce(tensors, opts)
 
     def _allreduce(self, tensors, opts):
