@@ -108,8 +108,8 @@ def _model(torch, name):
         return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Flatten(), nn.Linear(32 * 8 * 8, 10)), (8, 3, 32, 32)
-    # ~4 M parameters: 1024-2048-1024-10 ... sized by the spec's width
-    return nn.Sequential(nn.Linear(1024, 1536), nn.ReLU(), nn.Linear(1536, 1024), nn.ReLU(),
+    # 4.2 M parameters: 1024-2048-1024-10, batch 8
+    return nn.Sequential(nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 1024), nn.ReLU(),
                          nn.Linear(1024, 10)), (8, 1024)
 
 
