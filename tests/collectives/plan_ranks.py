@@ -176,3 +176,29 @@ def bounded(comm, count):
     for k in range(count):
         C.broadcast(comm, np.ones(k + 1, np.float32), 0)
     return len(comm.state["collectives"].small)
+
+
+def timeout_on_plan(comm, sleep_s):
+    """The plan warmed (root 1), rank 1 stays away: rank 0, waiting on its planned
+    broadcast, must raise the general path's CommTimeoutError naming the call and
+    rank 1; rank 1's next call then hears of the failure."""
+    from commrt.errors import CommError, CommTimeoutError
+
+    sub = C.new_group(comm, list(range(comm.size)))
+    for _ in range(3):
+        C.broadcast(sub, np.ones(4, np.float32), 1)
+    C.barrier(comm)
+    if comm.rank == 1:
+        time.sleep(sleep_s)
+        try:
+            C.broadcast(sub, np.ones(4, np.float32), 1)
+            C.barrier(sub, timeout=10)
+        except CommError as exc:
+            return type(exc).__name__, str(exc), planned(sub, "broadcast")
+        return "no error", "", planned(sub, "broadcast")
+    t0 = time.monotonic()
+    try:
+        C.broadcast(sub, np.ones(4, np.float32), 1)
+    except CommTimeoutError as exc:
+        return "CommTimeoutError", str(exc), time.monotonic() - t0
+    return "no error", "", time.monotonic() - t0

@@ -91,3 +91,11 @@ def test_dead_peer_fails_the_others(kind, transport, tmp_path):
         err, has_plan = json.loads((tmp_path / f"{r}.json").read_text())
         assert err is not None and "rank 2" in err, (r, err)
         assert has_plan, r
+
+
+def test_timeout_on_the_plan_is_the_general_paths():
+    with World(2, env=dict(ENV, COMMRT_TIMEOUT="2"), timeout=60) as w:
+        (kind0, msg0, elapsed), (kind1, msg1, has_plan) = w.run(P.timeout_on_plan, 6, timeout=40)
+    # (the error's type proves the path: the call's deadline, not the world's, ended it)
+    assert kind0 == "CommTimeoutError" and "broadcast #" in msg0 and "rank 1" in msg0, msg0
+    assert kind1 != "no error" and has_plan, (kind1, msg1)
