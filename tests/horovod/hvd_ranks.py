@@ -654,3 +654,25 @@ def fused_odd_sizes(comm):
                 got = hvd.synchronize(h)
                 assert torch.allclose(got, w), (step, got[:4], w[:4])
         return stats["max_fused"], fused_before
+
+
+def optimizer_steady_steps(comm):
+    """DistributedOptimizer's steady steps: after the first step every gradient is a
+    response-cache hit (no full negotiation) and fusion packs several per buffer."""
+    with horovod(comm, HOROVOD_CYCLE_TIME=5):
+        stats = hvd._runtime.current().coordinator.stats
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(10)])
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                       named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        x = torch.randn(4, 8)
+        per_step, cached = [], []
+        for _ in range(5):
+            before, hits = stats["negotiations"], stats["cached"]
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            per_step.append(stats["negotiations"] - before)
+            cached.append(stats["cached"] - hits)
+        return per_step, cached, stats["max_fused"]

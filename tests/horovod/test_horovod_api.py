@@ -140,3 +140,10 @@ def test_init_on_a_list_of_world_ranks(world3):
 def test_fused_buffers_of_odd_lengths_give_exact_results_for_every_op(world3):
     for max_fused, _ in world3.run(hvd_ranks.fused_odd_sizes, timeout=60):
         assert max_fused > 1                     # some buffers held several tensors
+
+
+def test_distributed_optimizer_steady_steps_skip_negotiation(world3):
+    for per_step, cached, max_fused in world3.run(hvd_ranks.optimizer_steady_steps, timeout=60):
+        assert per_step[0] >= 1 and per_step[1:] == [0] * 4, per_step
+        assert cached[1:] == [20] * 4, cached         # 10 weights + 10 biases, all cache hits
+        assert max_fused > 1
