@@ -156,7 +156,7 @@ class _CollWork(_Work):
     def wait(self, timeout=None):
         secs = None if not timeout else timeout.total_seconds()
         if not self._ready.wait(secs):
-            raise dist.DistBackendError(f"commrt: Work.wait timed out after {timeout}")
+            raise dist.DistBackendError(f"commrt: Timed out - Work.wait after {timeout}")
         self.complete()
         if self._exc is not None:
             raise self._exc

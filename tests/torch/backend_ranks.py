@@ -187,6 +187,29 @@ def works_of_blocking_calls(rank, n):
                   a.get_future().value()[0].tolist()]
 
 
+def wait_with_timeout(rank, n):
+    """Work.wait(timeout) of an async collective a peer has not joined yet raises
+    torch's "Timed out" error; the collective itself goes on and completes."""
+    import datetime
+
+    t = torch.ones(4)
+    flag = torch.zeros(1)
+    timed_out = None
+    if rank == 0:
+        w = dist.all_reduce(t, async_op=True)
+        try:
+            w.wait(datetime.timedelta(seconds=0.2))
+            timed_out = False
+        except RuntimeError as exc:
+            timed_out = str(exc)
+        dist.send(flag, 1)                  # only now does rank 1 join the all-reduce
+    else:
+        dist.recv(flag, 0)
+        w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    return timed_out, t.tolist()
+
+
 def averages(rank, n):
     """AVG and PREMUL_SUM (gloo has neither): against the reference."""
     t = torch.arange(6.) * (rank + 1)

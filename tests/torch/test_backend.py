@@ -59,6 +59,12 @@ def test_works_of_blocking_and_async_calls():
         assert asy == [True, True, True, [2.0] * 5]
 
 
+def test_work_wait_timeout_raises_and_the_collective_completes():
+    (timed_out, t0), (_, t1) = run(R.wait_with_timeout, 2, "commrt")
+    assert timed_out and "Timed out" in timed_out, timed_out
+    assert t0 == t1 == [2.0] * 4
+
+
 @pytest.mark.timeout(60)
 def test_completer_thread_finishing_after_stop_is_not_counted_idle():
     """The root of the repeated init/destroy hang: a completer thread of the
