@@ -217,21 +217,26 @@ def plot(rows, cross, path, links, per_node, cross_per_node):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 6))
     shown = sorted({r["ranks"] for r in rows})
     shown = [n for n in shown if n in (2, 16, 128, 1024, 16384)] or shown[-3:]
-    styles = ("-", "--", ":", "-.")   # one per algorithm, one colour per N
+    # one colour per N; per algorithm a line style and a marker (legend: both keys)
+    styles = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)))
+    markers = "os^vDx+*"
     for i, algo in enumerate(sorted({r["algo"] for r in rows})):
         for j, n in enumerate(shown):
             pts = [(r["bytes"], r["busbw_GBps"]) for r in rows
                    if r["algo"] == algo and r["ranks"] == n]
             if pts:
-                left.plot(*zip(*pts), marker=".", ls=styles[i % len(styles)], color=f"C{j}",
-                          label=f"{algo} N={n}")
+                left.plot(*zip(*pts), marker=markers[i % len(markers)], ms=4,
+                          ls=styles[i % len(styles)], color=f"C{j}",
+                          label=algo if j == 0 else None)
+    for j, n in enumerate(shown):
+        left.plot([], [], color=f"C{j}", label=f"N={n}")
     left.set(xscale="log", yscale="log", xlabel="bytes", ylabel="simulated bus bandwidth GB/s",
              title=f"simulated all-reduce, {per_node} rank(s)/node, net "
                    f"{links['alpha_net'] * 1e6:g} us, {1 / links['beta_net'] / 1e9:g} GB/s")
-    left.legend(fontsize=7)
+    left.legend(fontsize=7, ncol=2, loc="lower right")
     big = 2 * CROSS_SIZES[-1]   # "never" drawn above the largest size
     for key, label in (("commrt_model", "commrt model: ring beats dbtree from"),
                        ("commrt_sim", "commrt simulator: ring beats dbtree from"),
