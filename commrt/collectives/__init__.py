@@ -174,24 +174,34 @@ def _pick(collective, comm, algorithm, nbytes, timeout=None):
 
 def _planned(comm, key, out, inbuf):
     """Run the call along its prepared plan (collectives/plans.py) if it has one and
-    may take it now: True when done."""
+    may take it now: True when done, False having done nothing (the caller takes
+    the general path, which enforces the thread rule and names any error).
+
+    The public functions call this before their general path (state.entry), so
+    it keeps the thread rule itself: no other thread inside, and this one takes
+    the communicator with no Python call between the check and the set (see
+    entry); a thread already inside (a nested call) takes the general path."""
     st = comm.state.get("collectives")
-    if st is None or st.pending or st.poisoned is not None:
+    if st is None or st.inside or st.pending or st.poisoned is not None:
         return False
+    st.inside = _get_ident()
     try:
-        plan = st.small.get(key)
-    except TypeError:                       # an unhashable op: the general path names it
-        return False
-    if plan is None:
-        return False
-    seq = st.seq                            # plans.run, written out (a call level less)
-    meta = plan.base | (seq & _SEQ_MASK)
-    st.seq = seq + 1
-    st.history.append((seq, meta, plan.meta2))
-    i = plan.chain.run(out, meta, plan.wait, 0, None, plan.meta2, inbuf)
-    if i == plan.nsteps and plan.plain:
-        return True
-    return plans.finish(comm, st, plan, seq, i, out, inbuf)
+        try:
+            plan = st.small.get(key)
+        except TypeError:                   # an unhashable op: the general path names it
+            return False
+        if plan is None:
+            return False
+        seq = st.seq                        # plans.run, written out (a call level less)
+        meta = plan.base | (seq & _SEQ_MASK)
+        st.seq = seq + 1
+        st.history.append((seq, meta, plan.meta2))
+        i = plan.chain.run(out, meta, plan.wait, 0, None, plan.meta2, inbuf)
+        if i == plan.nsteps and plan.plain:
+            return True
+        return plans.finish(comm, st, plan, seq, i, out, inbuf)
+    finally:
+        st.inside = 0
 
 
 def _plan_key(kind, algorithm, timeout, async_op, root, a, b=_noop):
@@ -228,13 +238,18 @@ def barrier(comm, *, timeout=None, async_op=False):
     return execute(call, lambda: mod.run(call), async_op)
 
 
-@entry
 def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Copy root's buf into every rank's buf."""
+    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+            and type(root) is int and _planned(comm, ("broadcast", root, buf.shape, buf.dtype),
+                                               buf, None):
+        return buf
+    return _broadcast(comm, buf, root, algorithm=algorithm, timeout=timeout, async_op=async_op)
+
+
+@entry
+def _broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("broadcast", algorithm, timeout, async_op, root, buf)
-    if key is not None:
-        if _planned(comm, key, buf, None):
-            return buf
     root = _check_root(comm, root)
     flat, done = _host(buf, "buf", comm.rank != root)
     algo, mod = _pick("broadcast", comm, algorithm, flat.nbytes, timeout)
@@ -251,15 +266,21 @@ def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False
     return execute(call, run, async_op)
 
 
-@entry
 def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     """Combine every rank's buf element-wise with op; the result replaces root's buf
     (other ranks' buffers are left unchanged)."""
-    key = _plan_key(("reduce", op), algorithm, timeout, async_op, root, buf)
-    if key is not None:
+    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+            and type(root) is int:
         at_root = comm.rank == root
-        if _planned(comm, key, buf if at_root else None, None if at_root else buf):
+        if _planned(comm, (("reduce", op), root, buf.shape, buf.dtype),
+                    buf if at_root else None, None if at_root else buf):
             return buf
+    return _reduce(comm, buf, root, op, algorithm=algorithm, timeout=timeout, async_op=async_op)
+
+
+@entry
+def _reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
+    key = _plan_key(("reduce", op), algorithm, timeout, async_op, root, buf)
     root = _check_root(comm, root)
     flat, done = _host(buf, "buf", comm.rank == root)
     op, red = _reducer(comm, op, flat.dtype)
@@ -352,13 +373,18 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
     return execute(call, run, async_op)
 
 
-@entry
 def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """out (size·len(buf) elements) receives every rank's buf in rank order."""
+    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
+            and timeout is None and not async_op and _planned(
+                comm, ("all_gather", 0, out.shape, out.dtype, buf.shape, buf.dtype), out, buf):
+        return out
+    return _all_gather(comm, out, buf, algorithm=algorithm, timeout=timeout, async_op=async_op)
+
+
+@entry
+def _all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("all_gather", algorithm, timeout, async_op, 0, out, buf)
-    if key is not None:
-        if _planned(comm, key, out, buf):
-            return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
     if oflat.size != comm.size * flat.size or oflat.dtype != flat.dtype:
@@ -377,14 +403,22 @@ def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     return execute(call, run, async_op)
 
 
-@entry
 def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Root's out (size·len(buf) elements) receives every rank's buf in rank order."""
+    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+            and type(root) is int:
+        key = _plan_key("gather", None, None, False, root, buf,
+                        out if comm.rank == root else None)
+        if key is not None and _planned(comm, key, out if comm.rank == root else None, buf):
+            return out if comm.rank == root else None
+    return _gather(comm, buf, out, root, algorithm=algorithm, timeout=timeout,
+                   async_op=async_op)
+
+
+@entry
+def _gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     mine = out if comm.rank == root else None
     key = _plan_key("gather", algorithm, timeout, async_op, root, buf, mine)
-    if key is not None:
-        if _planned(comm, key, mine, buf):
-            return mine
     root = _check_root(comm, root)
     flat, _ = _host(buf, "buf", False)
     oflat, done = None, _noop
@@ -410,14 +444,22 @@ def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_o
     return execute(call, run, async_op)
 
 
-@entry
 def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Rank i's out receives block i of root's buf (size·len(out) elements)."""
+    if type(out) is _ndarray and algorithm is None and timeout is None and not async_op \
+            and type(root) is int:
+        key = _plan_key("scatter", None, None, False, root, out,
+                        buf if comm.rank == root else None)
+        if key is not None and _planned(comm, key, out, buf if comm.rank == root else None):
+            return out
+    return _scatter(comm, out, buf, root, algorithm=algorithm, timeout=timeout,
+                    async_op=async_op)
+
+
+@entry
+def _scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     mine = buf if comm.rank == root else None
     key = _plan_key("scatter", algorithm, timeout, async_op, root, out, mine)
-    if key is not None:
-        if _planned(comm, key, out, mine):
-            return out
     root = _check_root(comm, root)
     oflat, done = _host(out, "out", True)
     flat = None
@@ -443,13 +485,20 @@ def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_
     return execute(call, run, async_op)
 
 
-@entry
 def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     """buf holds size·len(out) elements; rank i's out gets block i reduced over all ranks."""
+    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
+            and timeout is None and not async_op and _planned(
+                comm, (("reduce_scatter", op), 0, out.shape, out.dtype, buf.shape, buf.dtype),
+                out, buf):
+        return out
+    return _reduce_scatter(comm, out, buf, op, algorithm=algorithm, timeout=timeout,
+                           async_op=async_op)
+
+
+@entry
+def _reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key(("reduce_scatter", op), algorithm, timeout, async_op, 0, out, buf)
-    if key is not None:
-        if _planned(comm, key, out, buf):
-            return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
     if flat.size != comm.size * oflat.size or flat.dtype != oflat.dtype:
@@ -473,13 +522,18 @@ def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asyn
     return execute(call, run, async_op)
 
 
-@entry
 def all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """Block j of rank i's buf lands in block i of rank j's out (size blocks each)."""
+    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
+            and timeout is None and not async_op and _planned(
+                comm, ("all_to_all", 0, out.shape, out.dtype, buf.shape, buf.dtype), out, buf):
+        return out
+    return _all_to_all(comm, out, buf, algorithm=algorithm, timeout=timeout, async_op=async_op)
+
+
+@entry
+def _all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("all_to_all", algorithm, timeout, async_op, 0, out, buf)
-    if key is not None:
-        if _planned(comm, key, out, buf):
-            return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
     if flat.size != oflat.size or flat.dtype != oflat.dtype or flat.size % comm.size:
