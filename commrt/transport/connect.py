@@ -6,7 +6,8 @@ lower rank and accepts every higher one.  Each connection proves it knows
 the job secret (commrt.rendezvous.auth) before anything else is read, then
 says who it is and which wire version it speaks (a hello, answered by an
 ack with the acceptor's version); a peer speaking another wire version is
-refused on both sides with an error naming both versions.  Hello and ack also
+refused on both sides at once (not at the bootstrap deadline) with an error
+naming both versions.  Hello and ack also
 carry how many bytes of unexpected messages each side holds for the other
 (the eager credit of flow control, docs/transport.md).  Only then is the
 channel trusted.
@@ -261,13 +262,20 @@ class _Acceptor(threading.Thread):
                 if not self.expected:
                     self.done.set()
         except ProtocolError as exc:
-            # Said loudly, and what join() raises if that rank never joins; not fatal
-            # at once: a hello is not trusted until it is whole, and the real rank
-            # (whose own side fails at once, naming both versions) may still come.
+            # A whole hello in another wire version, after the job's secret was
+            # proven: a rank of this job running another commrt.  If it claims a
+            # rank (and channel kind) this mesh waits for, init fails now, naming
+            # both versions, as the peer's own side does: waiting for the
+            # deadline would only delay the same error.  Else it is said loudly
+            # and is what join() raises if the rank it claims never joins.
             log.error("commrt %s", exc)         # (the message names this rank and the peer)
+            conn.close()
             with self.lock:
                 self.refused.setdefault(exc.peer, exc)
-            conn.close()
+                waited = exc.peer in self.expected and exc.kind in (None, self.expected[exc.peer])
+            if waited:
+                self.error = exc
+                self.done.set()
         except (AuthError, OSError, struct.error, ValueError) as exc:
             who = f" claiming rank {peer}" if peer is not None else ""
             self.refusals.refused(source, f"{exc}{who}")
@@ -351,11 +359,11 @@ def _connect_once(engine, secret, rank, peer, kind, addr, deadline):
         raise
 
 
-def _version_error(rank, peer, theirs):
+def _version_error(rank, peer, theirs, kind=None):
     exc = ProtocolError(
         f"rank {rank}: rank {peer} speaks commrt wire version {theirs}, this rank speaks "
         f"wire version {_core.WIRE_VERSION}; every rank of a job must run the same commrt")
-    exc.peer = peer
+    exc.peer, exc.kind = peer, kind         # kind: the channel its hello asked for (None: unsaid)
     return exc
 
 
@@ -375,7 +383,7 @@ def _read_hello(conn, rank):
             conn.sendall(ACK.pack(ACK_MAGIC, _core.WIRE_VERSION, 1, 0))
         except OSError:
             pass
-        raise _version_error(rank, peer, version)
+        raise _version_error(rank, peer, version, kind)
     return peer, pid, kind, credit
 
 

@@ -4,6 +4,7 @@ import multiprocessing as mp
 import os
 import socket
 import struct
+import time
 
 import pytest
 
@@ -19,11 +20,12 @@ def _rank_main(rank, env, version, out):
     from commrt.transport import _core as core
 
     core.WIRE_VERSION = version             # what this rank says in its hello and ack
+    t0 = time.monotonic()
     try:
         commrt.init().close()
-        out.put((rank, None, ""))
+        out.put((rank, None, "", time.monotonic() - t0))
     except BaseException as exc:           # noqa: BLE001 - reported to the test
-        out.put((rank, type(exc).__name__, str(exc)))
+        out.put((rank, type(exc).__name__, str(exc), time.monotonic() - t0))
 
 
 def _world_with_versions(versions, transport):
@@ -38,11 +40,12 @@ def _world_with_versions(versions, transport):
             env = {"COMMRT_RANK": str(rank), "COMMRT_WORLD_SIZE": str(len(versions)),
                    "COMMRT_LOCAL_RANK": str(rank), "COMMRT_LOCAL_WORLD_SIZE": str(len(versions)),
                    "COMMRT_STORE_ADDR": f"{host}:{port}", "COMMRT_SECRET": secret.hex(),
-                   "COMMRT_TRANSPORT": transport, "COMMRT_TIMEOUT": "8"}
+                   "COMMRT_TRANSPORT": transport, "COMMRT_TIMEOUT": str(DEADLINE_S)}
             p = ctx.Process(target=_rank_main, args=(rank, env, version, out), daemon=True)
             p.start()
             procs.append(p)
-        results = dict((r, (k, m)) for r, k, m in (out.get(timeout=60) for _ in versions))
+        results = dict((r, (k, m, s)) for r, k, m, s in
+                       (out.get(timeout=DEADLINE_S + 60) for _ in versions))
     finally:
         for p in procs:
             p.join(10)
@@ -52,15 +55,21 @@ def _world_with_versions(versions, transport):
     return results
 
 
-@pytest.mark.timeout(90)
+DEADLINE_S = 60       # the bootstrap's: a refusal must come long before it
+
+
+@pytest.mark.timeout(DEADLINE_S + 90)
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_other_wire_version_is_refused_on_both_sides(transport):
+    """Both sides fail at once: the accepting side used to wait for the deadline in
+    case the real rank came after all (it had proven the job's secret)."""
     mine = _core.WIRE_VERSION
     res = _world_with_versions([mine, mine + 1], transport)
     for rank in (0, 1):
-        kind, msg = res[rank]
+        kind, msg, took = res[rank]
         assert kind == "ProtocolError", res
         assert f"wire version {mine}" in msg and f"wire version {mine + 1}" in msg, msg
+        assert took < DEADLINE_S / 3, f"rank {rank} failed only after {took:.1f} s: {res}"
     assert "rank 1 speaks commrt wire version" in res[0][1]
     assert "rank 0 speaks commrt wire version" in res[1][1]
 
