@@ -288,7 +288,9 @@ class Call:
         if isinstance(exc, ConcurrentCollectiveError):
             return exc
         told = getattr(exc, "origin", None) is not None      # made from a received abort
-        if not told and not isinstance(exc, AbortedError):
+        if told or isinstance(exc, AbortedError):
+            self._relay_abort()
+        else:
             code, culprit = FailureCode.ERROR, self.rank
             if isinstance(exc, PeerLostError):
                 code, culprit = FailureCode.PEER_LOST, exc.rank
@@ -311,6 +313,20 @@ class Call:
         if told or first is None or first.origin == self.rank:
             return exc                      # ours is the first failure (or the one we heard)
         return first                        # another rank failed first: name its culprit
+
+    def _relay_abort(self):
+        """This rank was told of a failure (another rank's abort): pass the first
+        abort on to every rank before this one can leave.  A rank waiting on
+        this one then hears the culprit before it sees this rank go (the
+        messages of one channel arrive in order), so it never blames this
+        rank; the abort it was sent by the rank that failed first may come on
+        another channel, later.  (The engine sends the abort it holds: the
+        first heard, whatever is passed here.)"""
+        try:
+            if self.chan.aborted() is not None:
+                self.chan.abort("relayed", code=FailureCode.ERROR, culprit=None)
+        except CommError:
+            pass
 
     def _mismatch(self, src, fp, nbytes, expected):
         reason = self._differs(src, fp, nbytes, expected)

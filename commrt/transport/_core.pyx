@@ -41,6 +41,7 @@ ANY_SOURCE = -1
 ANY_TAG = -1
 HEADER_BYTES = HDR_BYTES
 WIRE_VERSION = HDR_VERSION        # what connect.py checks at connect time
+FAILURE_CODES = range(FAILURE_CODE_MIN, FAILURE_CODE_MAX + 1)   # = commrt.errors.FailureCode
 SHM_CONTROL_BYTES = CTL_PAGE
 
 
@@ -254,6 +255,7 @@ cdef class Engine:
         self.E.oversub = oversubscribed
         self.E.next_id = 1
         pthread_mutex_init(&self.E.lock, NULL)
+        pthread_mutex_init(&self.E.beat_lock, NULL)
         pthread_condattr_init(&ca)
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)
         pthread_cond_init(&self.E.done_cond, &ca)
@@ -277,6 +279,7 @@ cdef class Engine:
         ev.data.u64 = (<uint64_t>EV_KICK) << 32
         epoll_ctl(self.E.epfd, EPOLL_CTL_ADD, self.E.kickfd, &ev)
         self.E.peers[rank].ops = &SELF_OPS
+        self.E.peers[rank].tx_credit = <int64_t>self.E.credit_bytes    # messages to oneself
         _ENGINES.add(self)
 
     def __dealloc__(self):
@@ -646,7 +649,12 @@ cdef class Engine:
         peer = q.r.peer
         shown = q.rank_of(peer) if q.rank_of is not None and peer >= 0 else peer
         detail = ""
-        if q.r.kind == K_SEND and q.r.held:
+        if q.r.kind == K_SEND and q.r.held and peer == self.rank:
+            detail = (f"rank {self.rank}'s message to itself waits for its matching receive: "
+                      f"it already holds its share of unmatched messages to itself "
+                      f"(COMMRT_UNEXPECTED_BYTES) or this one is larger; post the receive "
+                      f"first (irecv) or use sendrecv")
+        elif q.r.kind == K_SEND and q.r.held:
             detail = (f"rank {self.rank}'s message to rank {shown} is held for flow-control "
                       f"credit: rank {shown} already holds its share of unmatched messages from "
                       f"rank {self.rank} (COMMRT_UNEXPECTED_BYTES) and has not posted the "
@@ -772,11 +780,16 @@ cdef class Engine:
         the ranks are told (so every rank names the first failure).  pair: ctx ^ 1
         too, in the same message, so no rank ever sees one aborted and not the
         other (a communicator's point-to-point and collective contexts)."""
-        cdef bytes text = str(reason).encode("utf-8")[:255]
+        cdef bytes text = str(reason).encode("utf-8")[:ABORT_TEXT_MAX]
         cdef poison_t *z
         cdef peer_t *p
         cdef const char *ctext = text
         cdef eng_t *E = self._live()
+        if not FAILURE_CODE_MIN <= code <= FAILURE_CODE_MAX:
+            raise ValueError(f"abort code {code} is not a FailureCode "
+                             f"({FAILURE_CODE_MIN}..{FAILURE_CODE_MAX})")
+        if not -1 <= culprit < self.size:
+            raise ValueError(f"culprit {culprit} out of range: world size is {self.size}")
         with nogil:
             pthread_mutex_lock(&E.lock)
             poison_ctx(E, ctx, ctext, E.rank, code, culprit, E.rank)
@@ -846,6 +859,7 @@ cdef class Engine:
             per_peer[i] = p.ops.memory(p) if p.ops != NULL else 0
         cdef int held = 0
         cdef frame_t *f
+        cdef req_t *r
         cdef eng_t *E = self.E
         with nogil:
             pthread_mutex_lock(&E.lock)
@@ -854,6 +868,10 @@ cdef class Engine:
                 while f != NULL:
                     held += 1
                     f = f.next
+            r = E.peers[E.rank].await_head      # sends to oneself waiting for their receive
+            while r != NULL:
+                held += 1
+                r = r.next
             pthread_mutex_unlock(&E.lock)
         return {"per_peer": per_peer, "unexpected_bytes": self.E.unexp_bytes,
                 "sends_held_for_credit": held,
@@ -871,11 +889,17 @@ cdef class Engine:
     def close(self, double linger=2.0):
         """Say goodbye to every peer, stop the progress thread, release the channels.
 
-        Operations still pending fail with CommError; every later call raises
-        (see the class text).  Idempotent."""
+        First waits (at most `linger` seconds) until every frame for a live
+        peer -- an ABORT that names the first failure, the BYE -- is handed
+        to its channel and, over TCP, acknowledged by the peer's kernel: a
+        socket closed with unread bytes from the peer resets the connection
+        and throws away what its kernel had not sent.  Operations still
+        pending fail with CommError; every later call raises (see the class
+        text).  Idempotent."""
         cdef eng_t *E = self.E
         cdef int64_t deadline
         cdef peer_t *p
+        cdef int waiting
         if E == NULL or E.closed:
             return
         with nogil:
@@ -885,10 +909,16 @@ cdef class Engine:
                 if p.ops != NULL and p.ops.remote and p.lost == 0:
                     send_ctrl(E, p, OP_BYE, 0, 0, 0, 0)
             deadline = now_ns() + <int64_t>(linger * 1e9)
-            while now_ns() < deadline and _tx_pending(E):
+            while now_ns() < deadline:
                 progress(E, True)
+                waiting = _tx_pending(E)
+                if not waiting:
+                    break
                 pthread_mutex_unlock(&E.lock)
-                sched_yield()
+                if waiting == 2:
+                    sched_yield()
+                else:                       # only the peers' acknowledgements: no hurry
+                    usleep(200)
                 pthread_mutex_lock(&E.lock)
             E.closed = True
             pthread_mutex_unlock(&E.lock)
@@ -909,10 +939,10 @@ cdef class Engine:
             return
         if E.beat_running:
             with nogil:
-                pthread_mutex_lock(&E.lock)
+                pthread_mutex_lock(&E.beat_lock)
                 E.beat_stop = True
                 pthread_cond_signal(&E.beat_cond)
-                pthread_mutex_unlock(&E.lock)
+                pthread_mutex_unlock(&E.beat_lock)
                 pthread_join(E.beat, NULL)
             E.beat_running = False
         E.closed = True
@@ -935,6 +965,7 @@ cdef class Engine:
                 r = E.posted_head
                 posted_remove(E, r)
                 fail(E, r, E_SHUTDOWN, E.rank)
+            fail_list(E, &E.peers[E.rank].await_head, E_SHUTDOWN, E.rank)   # sends to oneself
             while E.unexp_head != NULL:
                 u = E.unexp_head
                 unexp_remove(E, u)
@@ -977,6 +1008,7 @@ cdef class Engine:
         pthread_cond_destroy(&E.done_cond)
         pthread_cond_destroy(&E.pt_cond)
         pthread_cond_destroy(&E.beat_cond)
+        pthread_mutex_destroy(&E.beat_lock)
         pthread_mutex_destroy(&E.lock)
         free(E.peers)
         free(E)
@@ -993,10 +1025,12 @@ cdef class Engine:
         if E == NULL or E.released:
             return
         pthread_mutex_init(&E.lock, NULL)
+        pthread_mutex_init(&E.beat_lock, NULL)
         pthread_condattr_init(&ca)
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)
         pthread_cond_init(&E.done_cond, &ca)
         pthread_cond_init(&E.pt_cond, &ca)
+        pthread_cond_init(&E.beat_cond, &ca)
         E.pt_running = False                # the threads were not forked
         E.beat_running = False
         E.closed = True
@@ -1049,11 +1083,20 @@ cdef void _count_channel(eng_t *E, peer_t *p) noexcept nogil:
         E.n_polled += 1
 
 
-cdef bint _tx_pending(eng_t *E) noexcept nogil:
+cdef int _tx_pending(eng_t *E) noexcept nogil:
+    """What a closing engine still waits for: 2 frames queued for a live peer,
+    1 bytes in a channel the peer has not taken yet (ops.unsent), 0 nothing."""
+    cdef peer_t *p
+    cdef int most = 0
     for i in range(E.size):
-        if E.peers[i].txq != NULL and E.peers[i].lost == 0:
-            return True
-    return False
+        p = &E.peers[i]
+        if p.lost:
+            continue
+        if p.txq != NULL:
+            return 2
+        if p.ops != NULL and p.ops.unsent != NULL and p.ops.unsent(p) > 0:
+            most = 1
+    return most
 
 
 cdef bint has_pointers(const char *fmt) noexcept:

@@ -70,6 +70,7 @@ cdef struct eng_t:
     int64_t silent_ns       # a peer not heard from for this long is lost (0: never)
     pthread_t beat
     pthread_cond_t beat_cond
+    pthread_mutex_t beat_lock       # guards beat_stop and beat_cond (not E.lock: see beat_main)
     bint beat_stop
     bint beat_running
     uint64_t unexp_peak     # unexpected bytes' high mark since the queue was last empty
@@ -253,7 +254,10 @@ cdef inline bint charge(eng_t *E, peer_t *p, hdr_t *h) noexcept nogil:
 
 cdef inline void credit_back(eng_t *E, peer_t *p, hdr_t *h) noexcept nogil:
     """A receive matched the peer's message: its credit is owed back."""
-    if not p.ops.remote or p.lost:
+    if not p.ops.remote:
+        p.tx_credit += msg_cost(h)          # a message to oneself: one's own credit
+        return
+    if p.lost:
         return
     p.owed += <uint64_t>msg_cost(h)
     if p.owed >= E.credit_bytes // 4 and not p.credit_queued:
@@ -266,6 +270,12 @@ cdef inline void credit_back(eng_t *E, peer_t *p, hdr_t *h) noexcept nogil:
 cdef void start_rendezvous(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     """Receive r matched an RTS: copy directly (CMA) or ask for the data (CTS)."""
     set_status(r, h)
+    if p.lost:
+        # announced before its sender was lost (an unexpected RTS matched later):
+        # the data will never come, and peer_lost has already run -- a receive
+        # left active on it would wait forever
+        fail(E, r, p.lost, p.rank)
+        return
     if r.hook != NULL and not combine_ok(r, h):
         complete(E, r, E_NONE)              # not the message expected: buf untouched
         send_ctrl(E, p, OP_FIN, h.ctx, h.cookie, 0, 1)
@@ -358,9 +368,11 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         dlist_remove(&p.await_head, r)
         complete(E, r, E_NONE)
     elif op == OP_ABORT:
-        n = h.nbytes if h.nbytes < 255 else 255
-        memcpy(p.abort_text, payload, n)
-        p.abort_text[n] = 0
+        if not abort_fields_ok(E, h):
+            refuse_abort(E, p)
+            return
+        memcpy(p.abort_text, payload, h.nbytes)
+        p.abort_text[h.nbytes] = 0
         on_abort(E, p, h)
     elif op == OP_BYE:
         peer_lost(E, p, E_CLOSED, b"the peer closed its communicator")
@@ -379,29 +391,75 @@ cdef void send_data(eng_t *E, peer_t *p, req_t *r, uint64_t recv_id) noexcept no
 
 # ---------------------------------------------------------------- posting
 
+# Messages to oneself.  A posted receive takes one at once.  Else it is copied
+# into the unexpected queue while the rank's credit with itself covers it (the
+# same bound as any peer's, COMMRT_UNEXPECTED_BYTES: self peer's tx_credit,
+# earned back as receives match); else it waits, not copied, in send order on
+# the self peer's await list until a receive takes it straight from the send
+# buffer (a blocking send to oneself then waits for its receive, as MPI
+# allows: post the receive first, or use sendrecv).  Once one waits, later
+# ones wait behind it, so every copied message precedes every waiting one and
+# a receive that accepts both takes the earlier (post_recv looks at the
+# unexpected queue first).
+
+cdef inline void self_hdr(eng_t *E, req_t *s, hdr_t *h) noexcept nogil:
+    init_hdr(E, h, OP_EAGER, s.ctx, s.tag)
+    h.nbytes = s.nbytes
+    h.meta = s.meta
+    h.meta2 = s.meta2
+
+
 cdef void self_send(eng_t *E, req_t *s) noexcept nogil:
     cdef hdr_t h
     cdef req_t *r
     cdef umsg_t *u
-    init_hdr(E, &h, OP_EAGER, s.ctx, s.tag)
-    h.nbytes = s.nbytes
-    h.meta = s.meta
-    h.meta2 = s.meta2
-    p = &E.peers[E.rank]
-    count_sent(p, &h, s.nbytes)
-    count_recv(p, &h)
+    cdef peer_t *p = &E.peers[E.rank]
+    cdef int64_t c
+    self_hdr(E, s, &h)
     r = match_posted(E, s.ctx, E.rank, s.tag)
     if r != NULL:
-        deliver(E, r, &h, s.buf)
-    else:
-        u = new_umsg(E, &h, E.rank, True)
-        if u == NULL:
-            fail(E, s, E_PEER_LOST, E.rank)
-            return
-        if s.nbytes:
-            memcpy(u.data, s.buf, s.nbytes)
-        unexp_append(E, u)
+        self_deliver(E, p, r, s, &h)
+        return
+    c = msg_cost(&h)
+    if p.await_head != NULL or p.tx_credit < c:
+        s.held = True                       # waits for its receive
+        dlist_push(&p.await_head, s)
+        return
+    u = new_umsg(E, &h, E.rank, True)
+    if u == NULL:
+        fail(E, s, E_PEER_LOST, E.rank)
+        return
+    if s.nbytes:
+        memcpy(u.data, s.buf, s.nbytes)
+    p.tx_credit -= c
+    count_sent(p, &h, s.nbytes)
+    count_recv(p, &h)
+    unexp_append(E, u)
     complete(E, s, E_NONE)
+
+
+cdef inline void self_deliver(eng_t *E, peer_t *p, req_t *r, req_t *s, hdr_t *h) noexcept nogil:
+    """Receive r takes self-send s straight from its buffer; both complete."""
+    count_sent(p, h, s.nbytes)
+    count_recv(p, h)
+    deliver(E, r, h, s.buf)
+    complete(E, s, E_NONE)
+
+
+cdef bint self_take_waiting(eng_t *E, req_t *r) noexcept nogil:
+    """A receive being posted takes the first waiting self-send it accepts."""
+    cdef peer_t *p = &E.peers[E.rank]
+    cdef req_t *s = p.await_head
+    cdef hdr_t h
+    while s != NULL and not accepts(r, s.ctx, E.rank, s.tag):
+        s = s.next
+    if s == NULL:
+        return False
+    dlist_remove(&p.await_head, s)
+    s.held = False
+    self_hdr(E, s, &h)
+    self_deliver(E, p, r, s, &h)
+    return True
 
 
 cdef void self_flush(eng_t *E, peer_t *p) noexcept nogil:
@@ -414,8 +472,8 @@ cdef uint64_t no_memory(peer_t *p) noexcept nogil:
 
 cdef chan_ops_t SELF_OPS = chan_ops_t(
     name=b"self", remote=False, polled_fd=False, chunked=False, post=self_send, put=NULL,
-    flush=self_flush, poll=NULL, on_event=NULL, arm=NULL, pull=NULL, beat=NULL, heard=NULL,
-    memory=no_memory, release=NULL)
+    flush=self_flush, poll=NULL, on_event=NULL, arm=NULL, pull=NULL, beat=NULL, beat_lockfree=False, heard=NULL,
+    memory=no_memory, unsent=NULL, release=NULL)
 
 
 cdef void post_send(eng_t *E, req_t *r) noexcept nogil:
@@ -499,6 +557,9 @@ cdef void post_recv(eng_t *E, req_t *r) noexcept nogil:
             start_rendezvous(E, p, r, &u.h)
         free_umsg(E, u)
         return
+    if (r.peer < 0 or r.peer == E.rank) and E.peers[E.rank].await_head != NULL \
+            and self_take_waiting(E, r):
+        return
     if r.peer >= 0 and E.peers[r.peer].lost:
         fail(E, r, E.peers[r.peer].lost, r.peer)
         return
@@ -537,6 +598,23 @@ cdef void refuse_rts(eng_t *E, peer_t *p, uint32_t ctx) noexcept nogil:
     cdef poison_t *z = find_poison(E, ctx)
     if z != NULL:
         send_abort(E, p, z, False)
+
+
+cdef bint abort_fields_ok(eng_t *E, hdr_t *h) noexcept nogil:
+    """An ABORT as send_abort writes it: a known failure code, a culprit in the
+    world or none (-1), an origin in the world, only the pair bit in cookie,
+    meta2 zero, at most ABORT_TEXT_MAX bytes of reason.  Its fields reach the
+    error every rank raises (the code picks its class, the ranks are named):
+    anything else is garbage from a broken or hostile peer."""
+    return (FAILURE_CODE_MIN <= h.meta <= FAILURE_CODE_MAX and -1 <= h.tag < E.size
+            and h.addr < <uint64_t>E.size and h.cookie <= 1 and h.meta2 == 0
+            and h.nbytes <= ABORT_TEXT_MAX)
+
+
+cdef inline void refuse_abort(eng_t *E, peer_t *p) noexcept nogil:
+    """A malformed ABORT: drop its sender, poison nothing."""
+    peer_lost(E, p, E_PEER_LOST, b"protocol error: ABORT frame with a failure code, rank "
+                                 b"or length commrt never writes")
 
 
 cdef void on_abort(eng_t *E, peer_t *p, hdr_t *h) noexcept nogil:
@@ -834,28 +912,55 @@ cdef void *pt_main(void *arg) noexcept nogil:
 # not need the GIL.
 
 cdef void *beat_main(void *arg) noexcept nogil:
+    """Every beat_ns: beat the lock-free channels (shm) first, then take the engine
+    lock for the rest (progress, TCP beats, silence checks, trimming).  The lock
+    may be held for seconds by a single-copy read of a multi-GiB message: the
+    lock-free beats go on regardless, so such a rank is never found silent, and
+    a round that cannot have the lock within half a beat is skipped."""
     cdef eng_t *E = <eng_t *>arg
     cdef int64_t t
-    cdef bint trim
+    cdef timespec until
     pthread_mutex_lock(&E.lock)
     t = now_ns()
     for i in range(E.size):
         E.peers[i].heard_at = t
+    pthread_mutex_unlock(&E.lock)
+    pthread_mutex_lock(&E.beat_lock)
     while not E.beat_stop:
-        timed_wait(&E.beat_cond, &E.lock, E.beat_ns)
+        timed_wait(&E.beat_cond, &E.beat_lock, E.beat_ns)
         if E.beat_stop:
             break
-        progress(E, True)
-        beat_round(E, now_ns())
-        trim = E.unexp_bytes == 0 and E.unexp_peak >= (1 << 20)
-        if trim:                            # a flood has drained: give its pages back
-            E.unexp_peak = 0
-            pool_drain(E)
+        pthread_mutex_unlock(&E.beat_lock)
+        beat_lockfree(E)
+        clock_gettime(CLOCK_REALTIME, &until)
+        until.tv_sec += (until.tv_nsec + E.beat_ns // 2) // 1000000000
+        until.tv_nsec = (until.tv_nsec + E.beat_ns // 2) % 1000000000
+        if pthread_mutex_timedlock(&E.lock, &until) == 0:
+            beat_locked(E)
             pthread_mutex_unlock(&E.lock)
-            malloc_trim(0)
-            pthread_mutex_lock(&E.lock)
-    pthread_mutex_unlock(&E.lock)
+        pthread_mutex_lock(&E.beat_lock)
+    pthread_mutex_unlock(&E.beat_lock)
     return NULL
+
+
+cdef void beat_lockfree(eng_t *E) noexcept nogil:
+    cdef peer_t *p
+    for i in range(E.size):
+        p = &E.peers[i]
+        if p.ops != NULL and p.ops.beat_lockfree and not p.lost:
+            p.ops.beat(E, p)
+
+
+cdef void beat_locked(eng_t *E) noexcept nogil:
+    """The beat thread's round under the engine lock."""
+    progress(E, True)
+    beat_round(E, now_ns())
+    if E.unexp_bytes == 0 and E.unexp_peak >= (1 << 20):
+        E.unexp_peak = 0                    # a flood has drained: give its pages back
+        pool_drain(E)
+        pthread_mutex_unlock(&E.lock)
+        malloc_trim(0)
+        pthread_mutex_lock(&E.lock)
 
 
 cdef void beat_round(eng_t *E, int64_t t) noexcept nogil:
@@ -866,7 +971,8 @@ cdef void beat_round(eng_t *E, int64_t t) noexcept nogil:
         p = &E.peers[i]
         if p.lost or p.ops == NULL or p.ops.beat == NULL:
             continue
-        p.ops.beat(E, p)
+        if not p.ops.beat_lockfree:
+            p.ops.beat(E, p)
         if p.lost:
             continue
         heard = p.ops.heard(p)

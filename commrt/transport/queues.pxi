@@ -276,10 +276,19 @@ cdef void poison_ctx(eng_t *E, uint32_t ctx, const char *reason, int from_rank, 
             fail(E, r, E_ABORTED, from_rank)
         r = nxt
     if from_rank >= 0 and from_rank < E.size:
-        r = E.peers[from_rank].await_head
-        while r != NULL:
-            nxt = r.next
-            if r.ctx == ctx:
-                dlist_remove(&E.peers[from_rank].await_head, r)
-                fail(E, r, E_ABORTED, from_rank)
-            r = nxt
+        fail_waiting(E, &E.peers[from_rank].await_head, ctx, from_rank)
+    if from_rank != E.rank:                 # sends to oneself waiting for their receive
+        fail_waiting(E, &E.peers[E.rank].await_head, ctx, from_rank)
+
+
+cdef void fail_waiting(eng_t *E, req_t **head, uint32_t ctx, int rank) noexcept nogil:
+    """Fail the sends of list head on context ctx (it was aborted)."""
+    cdef req_t *r = head[0]
+    cdef req_t *nxt
+    while r != NULL:
+        nxt = r.next
+        if r.ctx == ctx:
+            dlist_remove(head, r)
+            r.held = False
+            fail(E, r, E_ABORTED, rank)
+        r = nxt

@@ -327,4 +327,4 @@ cdef void shm_release(peer_t *p) noexcept nogil:
 cdef chan_ops_t SHM_OPS = chan_ops_t(
     name=b"shm", remote=True, polled_fd=False, chunked=True, post=NULL, put=shm_put_now,
     flush=shm_flush, poll=shm_poll, on_event=shm_on_event, arm=shm_arm, pull=shm_pull,
-    beat=shm_beat, heard=shm_heard, memory=shm_memory, release=shm_release)
+    beat=shm_beat, beat_lockfree=True, heard=shm_heard, memory=shm_memory, unsent=NULL, release=shm_release)

@@ -64,6 +64,14 @@ cdef enum:
     E_SHUTDOWN = 6      # this rank closed its communicator with the request pending
     E_CANCELLED = 7     # Request.cancel() unposted it before it matched
 
+# An ABORT's fields come off the wire: each is checked (abort_fields_ok, engine.pxi)
+# before anything is poisoned.  The codes are commrt.errors.FailureCode's (ABORTED
+# .. ERROR; tests/comm/test_errors.py holds the two together).
+cdef enum:
+    FAILURE_CODE_MIN = 1
+    FAILURE_CODE_MAX = 5
+    ABORT_TEXT_MAX = 255            # reason bytes an ABORT may carry (Engine.abort cuts to it)
+
 cdef enum:
     MIN_CREDIT = 65536              # smallest credit a rank may grant a peer (COMMRT_UNEXPECTED_BYTES)
     MSG_COST = 256                  # credit an EAGER or RTS costs beyond its payload: what an
@@ -172,8 +180,11 @@ cdef struct chan_ops_t:
     chan_arm_fn arm         # about to sleep (1) / awake (0): ask the peer to wake us
     chan_pull_fn pull       # a matched RTS: fetch the data itself; False: stream (CTS)
     chan_beat_fn beat       # tell the peer we are alive (heartbeat)
+    bint beat_lockfree      # beat touches only the channel's own shared words: called
+                            # without the engine lock (beat_main)
     chan_heard_fn heard     # a count that moves while the peer is alive
     chan_mem_fn memory      # bytes it holds
+    chan_mem_fn unsent      # bytes handed to the channel the peer has not taken yet (NULL: none)
     chan_release_fn release # free its resources (the peer is already lost)
 
 cdef struct pblock_t:   # a free block of the unexpected-message pool (queues.pxi)
@@ -239,6 +250,7 @@ cdef struct peer_t:
     uint32_t rx_isz     # its element size: pieces are combined in whole elements
     umsg_t *rx_umsg     # or unexpected message filled by it
     bint in_rx          # inside tcp_rx (a reply's failed write must not read again)
+    bint tx_broken      # a write failed (the peer is gone): read what it sent first, then lose it
     char abort_text[256]
     # --- queues
     frame_t *txq

@@ -28,7 +28,7 @@ cdef void tcp_flush(eng_t *E, peer_t *p) noexcept nogil:
     cdef int cnt
     cdef ssize_t n
     cdef uint64_t total
-    while p.txq != NULL and p.lost == 0:
+    while p.txq != NULL and p.lost == 0 and not p.tx_broken:
         f = p.txq
         total = HDR_BYTES + f.len
         cnt = 0
@@ -54,11 +54,14 @@ cdef void tcp_flush(eng_t *E, peer_t *p) noexcept nogil:
             if errno == EAGAIN:
                 break
             # The peer is gone.  What it sent before going is still readable
-            # (an ABORT naming the rank that failed first, say): read it before
-            # failing the channel, so errors name the cause, not this cascade.
+            # (an ABORT naming the rank that failed first, say, then its BYE):
+            # read all of it before failing the channel, so errors name the
+            # cause, not this cascade.  Inside tcp_rx (this write is a reply to
+            # a frame being read) the reading goes on there: tcp_rx loses the
+            # peer once it has read everything.
+            p.tx_broken = True
             if not p.in_rx:
                 tcp_rx(E, p)
-            peer_lost(E, p, E_PEER_LOST, b"connection reset while sending")
             return
         if n == 0:
             break
@@ -145,8 +148,11 @@ cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
             p.rx_hook = r.hook
             p.rx_isz = r.itemsize
     elif h.opcode == OP_ABORT:
+        if not abort_fields_ok(E, h):       # before its payload: a lying length is never read
+            refuse_abort(E, p)
+            return False
         p.abort_text[0] = 0
-        p.rx_dst = p.abort_text if p.rx_left < 255 else NULL
+        p.rx_dst = p.abort_text
     else:
         on_message(E, p, h, NULL)
     if p.rx_left == 0 and h.opcode in (OP_EAGER, OP_DATA, OP_ABORT):
@@ -180,13 +186,16 @@ cdef void tcp_end(eng_t *E, peer_t *p) noexcept nogil:
             dlist_remove(&p.rxact_head, r)
             complete(E, r, E_NONE)
     elif h.opcode == OP_ABORT:
-        p.abort_text[h.nbytes if h.nbytes < 255 else 255] = 0
+        p.abort_text[h.nbytes] = 0          # (at most ABORT_TEXT_MAX: checked in tcp_begin)
         on_abort(E, p, h)
 
 
 cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
     p.in_rx = True              # (tcp_flush must not re-enter us from a handler's reply)
     tcp_rx_loop(E, p, False)    # drained: a short read emptied the socket (epoll says more)
+    if p.tx_broken and p.lost == 0:
+        tcp_rx_loop(E, p, False)    # a write failed meanwhile: read to the end of the stream
+        peer_lost(E, p, E_PEER_LOST, b"connection reset while sending")
     p.in_rx = False
 
 
@@ -296,6 +305,18 @@ cdef uint64_t tcp_memory(peer_t *p) noexcept nogil:
     return RXBUF_BYTES
 
 
+cdef uint64_t tcp_unsent(peer_t *p) noexcept nogil:
+    """Bytes in the socket's send queue the peer has not acknowledged.  Closing
+    a socket that still has unread bytes from the peer resets the connection
+    and throws away what the kernel had not sent yet (an ABORT, a BYE): close()
+    waits for this to reach 0 first.  Acknowledged bytes are safe: a reset
+    never discards what the peer's kernel holds for it to read."""
+    cdef int n = 0
+    if p.fd < 0 or ioctl(p.fd, SIOCOUTQ, &n) != 0 or n < 0:
+        return 0
+    return <uint64_t>n
+
+
 cdef void tcp_release(peer_t *p) noexcept nogil:
     if p.fd >= 0:
         close(p.fd)
@@ -308,4 +329,5 @@ cdef void tcp_release(peer_t *p) noexcept nogil:
 cdef chan_ops_t TCP_OPS = chan_ops_t(
     name=b"tcp", remote=True, polled_fd=True, chunked=False, post=NULL, put=NULL,
     flush=tcp_flush, poll=NULL, on_event=tcp_on_event, arm=NULL, pull=NULL,
-    beat=tcp_beat, heard=tcp_heard, memory=tcp_memory, release=tcp_release)
+    beat=tcp_beat, beat_lockfree=False, heard=tcp_heard, memory=tcp_memory, unsent=tcp_unsent,
+    release=tcp_release)

@@ -191,6 +191,37 @@ def rank2_dies_in_collectives(comm, nbytes):
     return {"type": None}
 
 
+def told_rank_leaves(comm):
+    """Rank 2 fails first, and its abort reaches rank 1 only (as if its channel to
+    rank 0 were slow).  Rank 1 fails its broadcast on that abort and leaves at once;
+    rank 0 waits in the broadcast on rank 1 alone.  Rank 0 must name rank 2 -- it
+    hears the abort from rank 1 before rank 1's departure -- never rank 1.
+    Rank 2 stays until rank 0 has its answer (its own departure would also
+    name it, by chance)."""
+    from commrt.errors import FailureCode
+
+    comm.barrier()
+    x = np.ones(4)
+    if comm.rank == 2:
+        for q in (0, 1):                             # both are out of the barrier
+            comm.recv(np.zeros(1), q, 8, timeout=30)
+        comm._coll._abort("rank 2 failed first", ranks=[1], code=FailureCode.ERROR, culprit=2)
+        comm.recv(np.zeros(1), 0, 9, timeout=30)
+        return None
+    comm.send(np.zeros(1), 2, 8)
+    if comm.rank == 1:
+        end = time.monotonic() + 30
+        while comm.channel.aborted() is None and time.monotonic() < end:
+            comm._engine.progress()                  # take the abort in
+            time.sleep(0.01)
+        r = _catch(lambda: comm.broadcast(x, root=1, algorithm="binomial", timeout=30))
+        comm.close()                                 # leave at once
+        return r
+    r = _catch(lambda: comm.broadcast(x, root=1, algorithm="binomial", timeout=30))
+    comm.send(np.zeros(1), 2, 9)
+    return r
+
+
 # -- lifetime --------------------------------------------------------------------------
 def use_after_close(comm):
     """Every operation after close raises CommError('... closed'), never a crash."""

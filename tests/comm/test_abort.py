@@ -68,3 +68,18 @@ def test_every_survivor_names_the_rank_that_died_first(transport):
     for rank, r in res.items():
         assert r["type"] == "PeerLostError", (rank, r)
         assert r["rank"] == 2, (rank, r)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_rank_told_of_a_failure_passes_it_on_before_it_leaves(transport):
+    """The first failure's abort may reach a rank late, on another channel, after a
+    rank that was told of it has left: the rank that leaves passes it on first, so
+    its departure is never blamed (issue 15, cascade blame)."""
+    with World(3, transport=transport, env=ENV, timeout=60) as w:
+        res = w.run(R.told_rank_leaves, timeout=50)
+    for rank in (0, 1):
+        r = res[rank]
+        assert r is not None and r["type"] == "AbortedError", (rank, r)
+        assert r["code"] == FailureCode.ERROR and r["rank"] == 2, (rank, r)
+        assert "rank 2 failed first" in r["msg"], (rank, r)

@@ -34,3 +34,19 @@ def test_fields_and_messages_survive_pickling():
     t = cases[1]
     assert str(t) == "all_reduce #2 timed out after 1.5 s waiting on rank 1, tag 7: rank 0 of 2"
     assert cases[2].meta == 0x1234 and cases[2].message_bytes == 32
+
+
+def test_the_engine_accepts_exactly_the_failure_codes():
+    """An ABORT off the wire is refused unless its code is a FailureCode (engine.pxi,
+    abort_fields_ok): the engine's range and the enum must stay one list."""
+    from commrt.transport import _core
+
+    assert list(_core.FAILURE_CODES) == sorted(int(c) for c in E.FailureCode)
+    eng = _core.Engine(0, 1)
+    try:
+        with pytest.raises(ValueError, match="FailureCode"):
+            eng.abort(2, [], "x", code=max(E.FailureCode) + 1)
+        with pytest.raises(ValueError, match="culprit"):
+            eng.abort(2, [], "x", code=1, culprit=1)
+    finally:
+        eng.close()

@@ -182,6 +182,9 @@ class Target:
 
         e, r = self.eng, slot.rank
         ctx = r
+        # an earlier case's forged ABORT may have named this context (any ctx value
+        # is a valid abort): this slot starts from a live one
+        e.clear_poison(ctx)
         # receive buffers between guard bytes: a write out of bounds shows up there
         small = np.full(SMALL + 2 * GUARD, GUARD_BYTE, np.uint8)[GUARD:-GUARD]
         large = np.full(LARGE + 2 * GUARD, GUARD_BYTE, np.uint8)[GUARD:-GUARD]
@@ -294,6 +297,7 @@ class Target:
             if (whole[:GUARD] != GUARD_BYTE).any() or (whole[-GUARD:] != GUARD_BYTE).any():
                 v["defects"].append(f"{name}: the engine wrote outside the receive buffer")
         v["unexpected_bytes"] = self.eng.memory_info()["unexpected_bytes"]
+        v["poisoned"] = self.eng.poison_of(slot.rank) is not None     # its context aborted
         v["witness"] = self.witness()
         return v
 

@@ -123,7 +123,44 @@ def test_codec_matches_the_engine(driver):
     assert v["witness"] == "ok", v
 
 
-@pytest.mark.xfail(strict=False, reason="open defect (issue 15): in the full suite a batch with a forged ABORT (opcode 6, addr 2**63) failed once over TCP (COMMRT_FAULT_SEED in the run header); passes alone")
+def _abort(**fields):
+    base = {"opcode": OP["ABORT"], "src": "$src", "seq": "$seq", "ctx": "$ctx", "tag": 1,
+            "meta": 3, "addr": 1, "cookie": 0, "nbytes": 4}
+    base.update(fields)
+    return {"frames": [(base, b"boom"[:base["nbytes"]] if base["nbytes"] <= 4 else
+                        b"x" * base["nbytes"])]}
+
+
+# an ABORT's fields reach the error every rank raises: each one commrt never writes
+FORGED_ABORTS = {
+    "unknown code": _abort(meta=99),
+    "code 0": _abort(meta=0),
+    "culprit outside the world": _abort(tag=1 << 30),
+    "culprit negative": _abort(tag=-5),
+    "origin 2**63": _abort(addr=1 << 63),
+    "origin outside the world": _abort(addr=1 << 30),
+    "cookie beyond the pair bit": _abort(cookie=2),
+    "meta2 set": _abort(meta2=1),
+    "reason too long": _abort(nbytes=256),
+}
+
+
+@pytest.mark.parametrize("what", sorted(FORGED_ABORTS))
+def test_a_forged_abort_is_refused_and_poisons_nothing(driver, what):
+    v = driver.run(FORGED_ABORTS[what])
+    assert v["lost"] is not None and "protocol error" in v["lost"], v
+    assert not v["poisoned"], v
+    assert set(v["requests"].values()) == {"PeerLostError"}, v
+    assert v["witness"] == "ok" and not v["defects"], v
+
+
+def test_a_well_formed_abort_poisons_its_context(driver):
+    v = driver.run(_abort())
+    assert v["lost"] is None and v["poisoned"], v
+    assert v["requests"]["recv-small"] == "PeerLostError", v      # code 3: PEER_LOST, rank 1
+    assert v["witness"] == "ok" and not v["defects"], v
+
+
 def test_random_and_mutated_frames_are_refused_cleanly(driver):
     kind = driver.kind
     start = driver.cases

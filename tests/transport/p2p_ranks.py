@@ -255,6 +255,31 @@ def die_mid_transfer(comm, nbytes):
     return results
 
 
+def rts_then_death(comm, nbytes):
+    """Rank 1 announces a large message to rank 0 (an RTS) and is SIGKILLed; rank 0
+    posts the matching receive only once it knows rank 1 is lost (the RTS then
+    sits in its unexpected queue).  That receive must fail at once naming rank 1:
+    it used to start the rendezvous with the dead peer and wait forever."""
+    if comm.rank == 1:
+        comm.isend(np.ones(nbytes, np.uint8), 0, 3)
+        time.sleep(0.2)                         # the RTS is on its way
+        os.kill(os.getpid(), signal.SIGKILL)
+    if comm.rank != 0:
+        return None
+    end = time.monotonic() + 20
+    while comm._engine.peer_lost(1) is None and time.monotonic() < end:
+        comm._engine.progress()
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    try:
+        comm.recv(np.zeros(nbytes, np.uint8), 1, 3, timeout=10)
+    except PeerLostError as exc:
+        return ("PeerLostError", exc.rank, time.monotonic() - t0)
+    except CommTimeoutError as exc:
+        return ("CommTimeoutError", str(exc), time.monotonic() - t0)
+    return ("received", None, time.monotonic() - t0)
+
+
 def mixed_channels(comm):
     """Every pair exchanges a message; report the channel each pair used."""
     kinds = {r: comm.transport_of(r) for r in range(comm.size)}

@@ -37,6 +37,21 @@ def test_survivors_see_peer_lost_within_deadline(transport, nbytes):
     assert results[1] == [9, 9, 9, 9]          # the other pair keeps working
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_receive_matching_the_announcement_of_a_dead_rank_fails(transport):
+    """Found by the fault campaign: a SIGKILL during a reduce-scatter of 40 KB blocks
+    left every survivor waiting (COMMRT_FAULT_SEED=305, tcp)."""
+    w = World(2, transport=transport).start()
+    try:
+        res = _run_without_rank(w, 1, R.rts_then_death, 1 << 20)
+    finally:
+        w.close()
+    kind, rank, took = res[0]
+    assert kind == "PeerLostError" and rank == 1, res
+    assert took < 5, res                        # at once, not at the 10 s deadline
+
+
 def _run_without_rank(world, dead, fn, *args):
     """Run fn on every rank; the `dead` rank kills itself, so collect only the others."""
     for conn in world._conns:

@@ -40,65 +40,6 @@ def meta_words(comm, nbytes):
 
 # -- flow control ---------------------------------------------------------------
 FLOOD_TAG = 31
-PARK_TAG = 32
-
-
-def rss_bytes():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
-def flood(comm, count, nbytes, park_s):
-    """Rank 0 sends `count` messages of `nbytes` (each stamped with its index) to
-    rank 1 with blocking sends.  Rank 1 first leaves them unmatched for park_s
-    seconds (its progress thread moves them in meanwhile), sampling its RSS, then
-    receives them all in order.  Returns what rank 1 saw."""
-    import time
-
-    import numpy as np
-
-    if comm.rank == 0:
-        msg = np.zeros(nbytes, np.uint8)
-        stamp = msg[:8].view(np.int64)
-        comm.barrier()
-        for i in range(count):
-            stamp[0] = i
-            comm.send(msg, 1, FLOOD_TAG, timeout=120)
-        comm.barrier()
-        return None
-    buf = np.empty(nbytes, np.uint8)
-    comm.send(buf[:8], 1, 0, timeout=10)            # warm the paths up before the baseline
-    comm.recv(buf[:8], 1, 0, timeout=10)
-    park = comm.irecv(bytearray(1), 1, PARK_TAG)    # keeps the progress thread moving
-    base = rss_bytes()
-    comm.barrier()
-    peak, held_peak = base, 0
-    end = time.monotonic() + park_s
-    while time.monotonic() < end:
-        time.sleep(0.05)
-        peak = max(peak, rss_bytes())
-        held_peak = max(held_peak, comm.memory_info()["unexpected_bytes"])
-    parked_unexpected = comm.memory_info()["unexpected_bytes"]
-    in_order = True
-    stamp = buf[:8].view(np.int64)
-    drain_peak = 0
-    for i in range(count):
-        st = comm.recv(buf, 0, FLOOD_TAG, timeout=120)
-        if stamp[0] != i or st.nbytes != nbytes:
-            in_order = False
-            break
-        if i % 1024 == 0:
-            drain_peak = max(drain_peak, rss_bytes())
-    comm.send(bytearray(1), 1, PARK_TAG, timeout=10)
-    park.wait(10)
-    comm.barrier()
-    after = rss_bytes()
-    return {"base": base, "peak": peak, "drain_peak": drain_peak, "after": after,
-            "held_peak": held_peak, "parked_unexpected": parked_unexpected,
-            "in_order": in_order, "left": comm.memory_info()["unexpected_messages"]}
 
 
 def both_send_first(comm, count, nbytes, timeout):

@@ -91,6 +91,14 @@ cdef extern from "<unistd.h>" nogil:
     ssize_t read(int fd, void *buf, size_t n)
     ssize_t write(int fd, const void *buf, size_t n)
     int close(int fd)
+    int usleep(unsigned int usec)
+
+cdef extern from "<sys/ioctl.h>" nogil:
+    int ioctl(int fd, unsigned long request, ...)
+
+cdef extern from "<linux/sockios.h>" nogil:
+    enum:
+        SIOCOUTQ        # bytes in a TCP socket's send queue the peer has not acknowledged
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
@@ -120,10 +128,12 @@ cdef extern from "<pthread.h>" nogil:
 cdef extern from "<time.h>" nogil:
     enum:
         CLOCK_MONOTONIC
+        CLOCK_REALTIME
     struct timespec:
         long tv_sec
         long tv_nsec
     int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const timespec *abstime)
+    int pthread_mutex_timedlock(pthread_mutex_t *m, const timespec *abstime)   # CLOCK_REALTIME
     int clock_gettime(int clk, timespec *ts)
 
 cdef extern from "<malloc.h>" nogil:
