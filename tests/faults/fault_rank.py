@@ -18,6 +18,7 @@ noted, not obeyed, so every rank gets to report what it saw itself; the
 launcher's SIGKILL after --grace still ends a rank that cannot.
 """
 import argparse
+import faulthandler
 import json
 import os
 import re
@@ -118,6 +119,10 @@ def main():
     args = parse()
     sigterm = []
     signal.signal(signal.SIGTERM, lambda *_: sigterm.append(time.time()))
+    # a rank still running when the launcher gives up on it says where it is: every
+    # thread's stack, from C (it works while the main thread is inside the engine)
+    stacks = open(os.path.join(args.results, f"stacks.{os.getpid()}"), "w")
+    faulthandler.register(signal.SIGTERM, file=stacks, all_threads=True, chain=True)
     import commrt
     import commrt.collectives  # noqa: F401 - loaded before the counts, as init leaves it
 

@@ -72,6 +72,8 @@ class Job:
                              f"{rec.get('named')} op={rec.get('op')} {rec.get('coll')}: "
                              f"{(rec.get('message') or '')[:300]}")
         lines.append("stderr tail:\n" + "\n".join(self.stderr.splitlines()[-30:]))
+        for pid, text in sorted(getattr(self, "stacks", {}).items()):
+            lines.append(f"pid {pid} at the launcher's SIGTERM:\n{text[-3000:]}")
         return "\n".join(lines)
 
 
@@ -128,11 +130,26 @@ def run_job(workdir, n, transport, *, seed, culprit=-1, fault="none", where="cal
     summary = [line[len("commrt-launch: "):] for line in stderr.splitlines()
                if line.startswith("commrt-launch: ")]
     job = Job(proc.returncode, stderr, stdout, records, fault_note, wall, summary)
+    job.stacks = _stacks_of_stragglers(results, records)
     pids = [rec["pid"] for rec in records.values() if rec]
     if fault_note and fault_note.get("pid"):
         pids.append(fault_note["pid"])
     assert_gone(pids, job)
     return job
+
+
+def _stacks_of_stragglers(results, records):
+    """Thread stacks of the ranks that had not reported when the launcher sent
+    SIGTERM (fault_rank.py dumps them then): {pid: text}."""
+    reported = {rec["pid"] for rec in records.values() if rec}
+    out = {}
+    for name in os.listdir(results):
+        if name.startswith("stacks."):
+            pid = int(name.split(".")[1])
+            text = open(os.path.join(results, name)).read()
+            if text.strip() and pid not in reported:
+                out[pid] = text
+    return out
 
 
 def _wait_ready(results, n, proc, deadline):

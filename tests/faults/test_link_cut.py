@@ -81,7 +81,7 @@ def two_hosts():
 
 @pytest.mark.timeout(200)
 def test_a_cut_link_is_named_within_the_liveness_bound(two_hosts, rng, seed, tmp_path,
-                                                      private_tmp):
+                                                      private_tmp, figure):
     a, b, a_ip, dev_a, dev_b = two_hosts
     n = rng.randint(2, 5)
     culprit = n - 1                       # the one rank on B (ranks fill hosts in order)
@@ -105,6 +105,7 @@ def test_a_cut_link_is_named_within_the_liveness_bound(two_hosts, rng, seed, tmp
     seen = {r: round(rec["t"] - job.fault["t"], 2) for r, rec in job.records.items()
             if rec and rec.get("t")}
     print(f"link cut N={n}, rank {culprit} alone on B: detected after {seen} s")
+    figure("link cut", transport="tcp", n=n, detected=seen)
     assert all(rec["transport"][str(culprit)] == "tcp"
                for r, rec in job.records.items() if rec and r != culprit), info
     assert_culprit_named(job, culprit, classes=("TransportError", "AbortedError"),

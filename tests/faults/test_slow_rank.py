@@ -10,7 +10,7 @@ TRANSPORTS = ("shm", "tcp")
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_rank_sleeping_inside_a_collective_is_not_blamed(transport, rng, seed, tmp_path,
-                                                          private_tmp):
+                                                          private_tmp, figure):
     """A rank that sleeps 12 s (longer than the liveness bound) between two messages
     of a collective is slow, not dead: every rank finishes the stream with
     correct results and the job succeeds."""
@@ -23,4 +23,6 @@ def test_a_rank_sleeping_inside_a_collective_is_not_blamed(transport, rng, seed,
     assert job.returncode == 0, info
     assert all(rec and rec["status"] == "ok" for rec in job.records.values()), info
     assert job.summary == [], info
+    figure("slow", transport=transport, n=n, slept=12.0,
+           blamed=[r for r, rec in job.records.items() if rec["status"] != "ok"])
     assert_no_leak_in_survivors(job, -1)

@@ -22,7 +22,7 @@ def world_env(tmp_path):
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
-def test_soak_of_random_collectives(transport, rng, seed, tmp_path, private_tmp):
+def test_soak_of_random_collectives(transport, rng, seed, tmp_path, private_tmp, figure):
     n = rng.randint(2, 8)
     ops = max(1, SOAK_OPS // 2)
     with World(n, transport=transport, env=world_env(tmp_path), timeout=120) as w:
@@ -30,6 +30,7 @@ def test_soak_of_random_collectives(transport, rng, seed, tmp_path, private_tmp)
     assert [r["ops"] for r in results] == [ops] * n
     rate = ops / max(r["seconds"] for r in results)
     print(f"soak {transport} N={n}: {ops} collectives checked, {rate:.0f}/s (seed {seed})")
+    figure("soak", transport=transport, n=n, ops=ops, rate=rate)
 
 
 @pytest.mark.timeout(600)

@@ -9,7 +9,8 @@ STOP_WITHIN_S = 15.0    # the liveness bound (10 s) plus a loaded host
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_sigstop_is_named_within_the_liveness_bound(transport, rng, seed, tmp_path, private_tmp):
+def test_sigstop_is_named_within_the_liveness_bound(transport, rng, seed, tmp_path, private_tmp,
+                                                    figure):
     """A stopped rank holds its sockets open: only liveness tells it apart from a
     slow one.  COMMRT_TIMEOUT is far above the bound, so a timeout is a failure."""
     n, culprit, where, at = draw(rng, "stop")
@@ -17,6 +18,7 @@ def test_sigstop_is_named_within_the_liveness_bound(transport, rng, seed, tmp_pa
                   where=where, at=at, timeout=90, env={"COMMRT_TIMEOUT": "60"})
     print(f"SIGSTOP {transport} N={n} rank {culprit} ({where} {at}): detected after "
           f"{job.detection(culprit)} s")
+    figure("sigstop", transport=transport, n=n, detected=job.detection(culprit))
     assert_culprit_named(job, culprit, classes=("TransportError", "AbortedError"),
                          within=STOP_WITHIN_S)
     for r, rec in job.survivors(culprit).items():
