@@ -899,11 +899,17 @@ cdef class Engine:
         cdef eng_t *E = self.E
         cdef int64_t deadline
         cdef peer_t *p
+        cdef req_t *r
         cdef int waiting
         if E == NULL or E.closed:
             return
         with nogil:
             pthread_mutex_lock(&E.lock)
+            E.closing = True
+            while E.posted_head != NULL:    # no receive can match from now on
+                r = E.posted_head
+                posted_remove(E, r)
+                fail(E, r, E_SHUTDOWN, E.rank)
             for i in range(E.size):
                 p = &E.peers[i]
                 if p.ops != NULL and p.ops.remote and p.lost == 0:

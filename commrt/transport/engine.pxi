@@ -78,6 +78,7 @@ cdef struct eng_t:
     uint64_t pool_bytes
     int n_poison        # contexts ever poisoned (0: skip the poison checks)
     bint closed         # no new operation (close() began)
+    bint closing        # close() is saying goodbye: what fails now fails as closed
     bint released       # channels, queues and threads released (see Engine)
 
 
@@ -656,6 +657,11 @@ cdef void peer_lost(eng_t *E, peer_t *p, int err, const char *reason) noexcept n
     if p.lost:
         return
     p.lost = err
+    if E.closing:
+        # this rank is closing: its pending operations end as closed, whatever
+        # its peers do meanwhile (a peer closing at the same moment skips its
+        # BYE to a rank that said BYE first, and its EOF is then all we see)
+        err = E_SHUTDOWN
     strncpy(p.reason, reason, 159)
     p.reason[159] = 0
     if p.in_epoll:
