@@ -15,7 +15,8 @@ def test_sigstop_is_named_within_the_liveness_bound(transport, rng, seed, tmp_pa
     slow one.  COMMRT_TIMEOUT is far above the bound, so a timeout is a failure."""
     n, culprit, where, at = draw(rng, "stop")
     job = run_job(tmp_path, n, transport, seed=seed, culprit=culprit, fault="stop",
-                  where=where, at=at, timeout=90, env={"COMMRT_TIMEOUT": "60"})
+                  where=where, at=at, timeout=90, env={"COMMRT_TIMEOUT": "60"},
+                  grace=15)   # the stopped rank ignores SIGTERM: the job ends grace s after
     print(f"SIGSTOP {transport} N={n} rank {culprit} ({where} {at}): detected after "
           f"{job.detection(culprit)} s")
     figure("sigstop", transport=transport, n=n, detected=job.detection(culprit))
