@@ -57,6 +57,25 @@ def shape(ns, dev, rate, burst, latency="50ms"):
             rate, "burst", burst, "latency", latency)
 
 
+def _exit_on_sigterm():
+    """Make SIGTERM (``timeout``'s signal, a launcher's stop) unwind this process
+    as SystemExit, so that ``with Hosts(...)`` removes its namespaces; returns
+    the handler to restore, or None when not in a position to install one."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        return None                  # the program handles SIGTERM itself
+
+    def unwind(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+    return previous
+
+
 def pids_in(ns):
     out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=20)
     return [int(p) for p in out.stdout.split() if p.isdigit()]
@@ -127,6 +146,7 @@ class Hosts:
         lack = missing_tools()
         if lack:
             raise RuntimeError(f"network namespaces need {', '.join(lack)}")
+        self._on_term = _exit_on_sigterm()
         try:
             self._build()
         except BaseException:
@@ -169,6 +189,9 @@ class Hosts:
     def __exit__(self, *exc):
         made, self._made = self._made, []
         remove(made)
+        if getattr(self, "_on_term", None) is not None:
+            signal.signal(signal.SIGTERM, self._on_term)
+            self._on_term = None
 
     def exec(self, i, argv):
         """argv run inside host i."""

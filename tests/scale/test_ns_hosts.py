@@ -119,3 +119,21 @@ def test_torchrun_across_namespace_hosts(ns_hosts, tmp_path):
     node = os.uname().nodename
     lines = ok_lines(subprocess.CompletedProcess([], 0, "".join(outs), ""))
     assert lines == [f"ok {r} 4 {node}/{h.names[r // 2]} -" for r in range(4)], outs
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_of_the_process_holding_hosts_leaves_nothing(ns_hosts):
+    # `timeout` and launchers stop a benchmark with SIGTERM: the namespaces go with it
+    code = ("import sys, time\nfrom commrt.bench import _netns\n"
+            "with _netns.Hosts(2, rate='100mbit') as h:\n"
+            "    print(h.name, flush=True)\n    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        name = proc.stdout.readline().strip()
+        assert name.startswith("cmrt-"), name
+        assert any(n.startswith(name + "-") for n in _netns.existing())
+        proc.terminate()
+        assert proc.wait(30) == 128 + 15
+    finally:
+        proc.kill()
+    assert not {n for n in _netns.existing() if n.startswith(name + "-")}
