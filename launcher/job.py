@@ -419,7 +419,10 @@ class Job:
 
     def _unresponsive_peer(self, failures):
         """A rank the failed ones lost that has not ended: stopped (its process is
-        in state T) or reported unresponsive (no heartbeat).  (rank, reporters)."""
+        in state T) or reported unresponsive (no heartbeat).  (rank, reporters).
+        A cut link makes both sides report the other: the rank most failed ranks
+        lost is the one cut off (a stopped process wins outright)."""
+        found = {}                      # peer rank -> reporters, in the order seen
         for r in failures:
             for line in self.router.tail(r.rank):
                 blame = blamed_rank(line)
@@ -429,11 +432,20 @@ class Job:
                 if peer is r or peer.returncode is not None or peer.proc.poll() is not None:
                     continue
                 if blame[0] == "PeerUnresponsiveError" or _proc_state(peer) == "T":
-                    reporters = [q.rank for q in failures if any(
-                        (blamed_rank(t) or (None, None))[1] == peer.rank
-                        for t in self.router.tail(q.rank))]
-                    return peer, reporters
-        return None
+                    found.setdefault(peer.rank, [])
+        if not found:
+            return None
+        for q in failures:
+            named = {(blamed_rank(t) or (None, None))[1] for t in self.router.tail(q.rank)}
+            for rank in found:
+                if rank in named:
+                    found[rank].append(q.rank)
+
+        def weight(rank):
+            return (_proc_state(self.ranks[rank]) == "T", len(found[rank]))
+
+        best = max(found, key=weight)   # max keeps the first seen among equals
+        return self.ranks[best], found[best]
 
     def _blame_unresponsive(self, peer, reporters, stopped_s=None):
         """Stop the job naming a rank that stopped running without ending."""
