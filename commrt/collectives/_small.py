@@ -255,17 +255,7 @@ def _resume(comm, buf, plan, seq, i):
         plan.chain.release()
     call = Call(comm, plan.kind, count=plan.count, dtype=plan.dtype, op=plan.op,
                 algo=plan.algo, seq=seq)
-    call.start()
-    try:
-        (_rest_ranged if plan.ranged else _rest)(call, buf, plan, i, rq, sq)
-        call.end()
-    except BaseException as exc:
-        err = call.fail_everywhere(exc)
-        if err is exc:
-            raise
-        raise err from exc
-    finally:
-        call.state.current = None
+    call.run(lambda: (_rest_ranged if plan.ranged else _rest)(call, buf, plan, i, rq, sq))
     if plan.avg:
         _average(buf, comm.size)
     return buf

@@ -142,6 +142,23 @@ class Call:
         self.finish()
         self.state.current = None
 
+    def run(self, fn):
+        """fn() as this call: started here, ended when fn returns; a failure is
+        spread to every rank (fail_everywhere) and raised, and the communicator's
+        current call is cleared either way."""
+        self.start()
+        try:
+            result = fn()
+            self.end()
+            return result
+        except BaseException as exc:
+            err = self.fail_everywhere(exc)
+            if err is exc:
+                raise
+            raise err from exc
+        finally:
+            self.state.current = None
+
     # messages ------------------------------------------------------------------------
     def isend(self, buf, dst):
         req = self.chan.isend(buf, dst, TAG, self.meta, self.meta2)

@@ -262,22 +262,16 @@ def _resume(comm, plan, seq, i, out, inbuf):
     plan.chain.release()
     call = Call(comm, plan.kind, count=plan.count, dtype=plan.dtype, op=plan.op,
                 root=plan.root, algo=plan.algo, seq=seq)
-    call.start()
-    try:
+
+    def rest():
         views = [_flat(out, plan.dtype), _flat(inbuf, plan.dtype), _flat(plan.tmp, plan.dtype)]
         _finish_step(call, plan.steps[i], reqs)
         _after(plan, i, views)
         for j in range(i + 1, plan.nsteps):
             _run_step(call, plan.steps[j], views, plan.isz)
             _after(plan, j, views)
-        call.end()
-    except BaseException as exc:
-        err = call.fail_everywhere(exc)
-        if err is exc:
-            raise
-        raise err from exc
-    finally:
-        call.state.current = None
+
+    call.run(rest)
 
 
 def _after(plan, j, views):

@@ -236,19 +236,7 @@ def execute(call, fn, async_op):
     (or when earlier async collectives are still pending, to keep call order)."""
     st = call.state
 
-    def run():
-        call.start()
-        try:
-            result = fn()
-            call.end()
-            return result
-        except BaseException as exc:
-            err = call.fail_everywhere(exc)
-            if err is exc:
-                raise
-            raise err from exc
-        finally:
-            st.current = None
+    run = functools.partial(call.run, fn)
 
     if async_op:
         return st.submit(call, run)
