@@ -1,0 +1,38 @@
+"""python -m commrt.bench hosts: a failed OpenMPI round (mpirun across namespaces
+crashes now and then) is a gap in the table, not the end of the run, and the ratios
+still pair the rounds taken side by side."""
+import types
+
+from commrt.bench import hosts
+
+
+def _rows(algo_times):
+    return {"rows": [{"algo": a, "bytes": 1024, "time_s": t} for a, t in algo_times]}
+
+
+def test_failed_openmpi_round_is_a_gap_and_ratios_pair_rounds():
+    data = {}
+    # round 1: both ran; round 2: OpenMPI failed; round 3: both ran
+    hosts.record(data, "1gbit", "commrt", _rows([("ring", 1.0), ("hierarchical", 2.0)]), [1024])
+    hosts.record(data, "1gbit", "ompi", _rows([("default", 2.0)]), [1024])
+    hosts.record(data, "1gbit", "commrt", _rows([("ring", 100.0), ("hierarchical", 200.0)]),
+                 [1024])
+    hosts.record(data, "1gbit", "ompi", None, [1024])
+    hosts.record(data, "1gbit", "commrt", _rows([("ring", 3.0), ("hierarchical", 6.0)]), [1024])
+    hosts.record(data, "1gbit", "ompi", _rows([("default", 6.0)]), [1024])
+    assert data[("1gbit", "ompi", 1024)] == [2.0, None, 6.0]
+    assert hosts.failed_rounds(data, "1gbit") == 1
+    # ompi/best pairs round 1 (2/1) and round 3 (6/3): both 2.0, whatever round 2 held
+    assert hosts._ratio_cell(data, "1gbit", 1024, "ompi", "ring") == "2.00 [2.00-2.00]"
+    args = types.SimpleNamespace(hosts=2, ranks_per_host=2, rates="1gbit")
+    text = hosts.report(args, data)
+    assert "OpenMPI failed in 1 round(s) at 1gbit" in text
+    assert "2.00 [2.00-2.00]" in text
+
+
+def test_no_gap_note_when_openmpi_finished_every_round():
+    data = {}
+    hosts.record(data, "10gbit", "commrt", _rows([("ring", 1.0), ("hierarchical", 1.0)]), [1024])
+    args = types.SimpleNamespace(hosts=2, ranks_per_host=2, rates="10gbit")
+    assert "failed" not in hosts.report(args, data)
+    assert hosts.failed_rounds(data, "10gbit") == 0
