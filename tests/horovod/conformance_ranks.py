@@ -2,6 +2,7 @@
 that hvd_ranks.py does not already hold.  Each returns the list of the checks
 that failed on its rank (empty when all hold), so a failure names itself."""
 import inspect
+import os
 import itertools
 
 import torch
@@ -74,8 +75,21 @@ def duplicate_names_of_every_kind(comm):
     """test_horovod_{allgather,broadcast,reducescatter}_duplicate_name_error: a second
     operation under a name in flight raises ValueError; the first still completes."""
     bad = Checks()
+    # the first op completes once every rank has submitted it, and a rank held off
+    # the core between its two calls (a loaded host) would see it done, not in flight
+    # (Horovod's test has the same race): rounds start at most once a cycle, so a
+    # long cycle right after a barrier's round keeps the first op in flight meanwhile
+    os.environ["HOROVOD_CYCLE_TIME"] = "500"
+    try:
+        return _duplicate_names(comm, bad)
+    finally:
+        del os.environ["HOROVOD_CYCLE_TIME"]
+
+
+def _duplicate_names(comm, bad):
     with horovod(comm):
         n = hvd.size()
+        hvd.barrier()
         starts = {"allgather": lambda: hvd.allgather_async(torch.ones(2), name="dup"),
                   "broadcast": lambda: hvd.broadcast_async(torch.ones(2), 0, name="dup"),
                   "broadcast_": lambda: hvd.broadcast_async_(torch.ones(2), 0, name="dup"),
