@@ -88,23 +88,28 @@ def collect(args, log=print):
             for r in range(args.rounds):
                 runs = [("commrt", run_commrt)] + ([("ompi", run_mpi)] if args.mpi else [])
                 for label, fn in runs[::-1 if r % 2 else 1]:
-                    with tempfile.TemporaryDirectory(prefix="commrt-bench-hosts-") as tmp:
-                        os.chmod(tmp, 0o755)
-                        try:
-                            res = fn(hosts, args.ranks_per_host, spec, tmp, args.timeout)
-                        except _launch.RunFailed as e:
-                            if label != "ompi":
-                                raise
-                            # mpirun across namespaces crashes now and then (orted
-                            # SIGSEGV, "ORTE does not know how to route"): that is the
-                            # peer's failure, recorded as a gap, not the end of the run
-                            log(f"  {rate}: round {r + 1}: OpenMPI failed, recorded as a "
-                                f"gap: {(str(e).strip() or type(e).__name__).splitlines()[0]}")
-                            res = None
-                    record(data, rate, label, res, spec["sizes"])
+                    record(data, rate, label, _one_run(label, fn, hosts, args, spec, log,
+                                                       f"{rate}: round {r + 1}"),
+                           spec["sizes"])
                 log(f"  {rate}: round {r + 1}/{args.rounds} done (load "
                     f"{os.getloadavg()[0]:.1f})")
     return data
+
+
+def _one_run(label, fn, hosts, args, spec, log, where):
+    """One system's job of one round: rank 0's results, or None when OpenMPI failed."""
+    with tempfile.TemporaryDirectory(prefix="commrt-bench-hosts-") as tmp:
+        os.chmod(tmp, 0o755)
+        try:
+            return fn(hosts, args.ranks_per_host, spec, tmp, args.timeout)
+        except _launch.RunFailed as e:
+            if label != "ompi":
+                raise
+            # mpirun across namespaces crashes now and then (orted SIGSEGV, "ORTE
+            # does not know how to route"): the peer's failure, a gap, not the end
+            first = (str(e).strip() or type(e).__name__).splitlines()[0]
+            log(f"  {where}: OpenMPI failed, recorded as a gap: {first}")
+            return None
 
 
 def record(data, rate, label, res, sizes):
@@ -162,8 +167,9 @@ def report(args, data):
         lines.append(f"{args.hosts} hosts x {args.ranks_per_host} ranks, links at {rate}: "
                      "time (median [range] over rounds) / busbw")
         lines.append(table(["size"] + algos + ["auto/best", "ring/hier", "ompi/best"], rows))
-        if failed_rounds(data, rate):
-            lines.append(f"OpenMPI failed in {failed_rounds(data, rate)} round(s) at {rate}; "
+        failed = failed_rounds(data, rate)
+        if failed:
+            lines.append(f"OpenMPI failed in {failed} round(s) at {rate}; "
                          "its cells are over the rounds it finished")
         lines.append("")
     return "\n".join(lines)

@@ -36,3 +36,20 @@ def test_no_gap_note_when_openmpi_finished_every_round():
     args = types.SimpleNamespace(hosts=2, ranks_per_host=2, rates="10gbit")
     assert "failed" not in hosts.report(args, data)
     assert hosts.failed_rounds(data, "10gbit") == 0
+
+
+def test_only_an_openmpi_failure_becomes_a_gap():
+    import pytest
+
+    from commrt.bench import _launch
+
+    def crash(*_):
+        raise _launch.RunFailed("mpirun across hosts: orted SIGSEGV\ntail of its output")
+
+    args = types.SimpleNamespace(ranks_per_host=2, timeout=1)
+    logged = []
+    assert hosts._one_run("ompi", crash, None, args, {}, logged.append, "1gbit: round 2") is None
+    assert logged == ["  1gbit: round 2: OpenMPI failed, recorded as a gap: "
+                      "mpirun across hosts: orted SIGSEGV"]
+    with pytest.raises(_launch.RunFailed):     # commrt's own failure ends the run
+        hosts._one_run("commrt", crash, None, args, {}, logged.append, "1gbit: round 2")
