@@ -134,13 +134,15 @@ cdef int chain_go(eng_t *E, step_t *steps, msg_t *msgs, int *at, int last, uint6
     cdef int j
     cdef step_t *s
     cdef int64_t slice_end
+    cdef int64_t t
     while i < last:
         s = &steps[i]
+        t = now_ns()
         if not posted:
             post_step(E, s, msgs, bases, meta, meta2)
-            deadline[0] = now_ns() + wait_ns
+            deadline[0] = t + wait_ns
         posted = False
-        slice_end = now_ns() + 200000000        # check for signals (Ctrl-C) every 200 ms
+        slice_end = t + 200000000               # check for signals (Ctrl-C) every 200 ms
         if slice_end > deadline[0]:
             slice_end = deadline[0]
         for j in range(s.first, s.first + s.nmsg):
