@@ -5,7 +5,8 @@
 # broadcast's tree, a gather's receives, ...) binds them once: peers,
 # context, tag, buffers, and one request per message.  A run then allocates
 # no Python object and parses no buffer (the in/out buffers only when they
-# are other objects than last time): in one call without the GIL, step after
+# are other objects than last time): in one C call (the GIL let go after a
+# short spin, GIL_SPIN_NS), step after
 # step, it posts every message of the step (in the order given: receives
 # first), waits for all of them (spin, then sleep: block()), checks every
 # receive, and calls the step's completion hook, before going on.
@@ -41,6 +42,15 @@ cdef enum:
     CH_DONE = 0         # every step clean
     CH_STOP = 1         # step *at is not clean
     CH_SLICE = 2        # step *at is still waiting: check for signals, then wait on
+
+cdef enum:
+    SLICE_NS = 200000000    # check for signals (Ctrl-C) every 200 ms
+    # A run first spins this long per step holding the GIL, then lets go of it:
+    # letting go and taking it back costs ~0.2 us, a fifth of an 8-byte
+    # exchange, and most small steps are answered within it.  Another Python
+    # thread waits at most this long per step (its switch interval is 5 ms).
+    # Not when ranks outnumber cores: their steps wait for the scheduler.
+    GIL_SPIN_NS = 5000
 
 cdef enum:
     M_RECV = 0
@@ -128,8 +138,9 @@ cdef inline bint step_clean(step_t *s, msg_t *msgs, uint64_t meta, uint64_t meta
 
 cdef int chain_go(eng_t *E, step_t *steps, msg_t *msgs, int *at, int last, uint64_t meta,
                   uint64_t meta2, int64_t count, char **bases, int64_t wait_ns,
-                  int64_t *deadline, bint posted) noexcept nogil:
-    """Run steps *at .. last-1 (the first already posted if `posted`)."""
+                  int64_t *deadline, bint posted, int64_t slice_ns) noexcept nogil:
+    """Run steps *at .. last-1 (the first already posted if `posted`), waiting at
+    most slice_ns per step before returning CH_SLICE."""
     cdef int i = at[0]
     cdef int j
     cdef step_t *s
@@ -142,11 +153,12 @@ cdef int chain_go(eng_t *E, step_t *steps, msg_t *msgs, int *at, int last, uint6
             post_step(E, s, msgs, bases, meta, meta2)
             deadline[0] = t + wait_ns
         posted = False
-        slice_end = t + 200000000               # check for signals (Ctrl-C) every 200 ms
+        slice_end = t + slice_ns
         if slice_end > deadline[0]:
             slice_end = deadline[0]
         for j in range(s.first, s.first + s.nmsg):
-            if msgs[j].q != NULL and msgs[j].q.state < S_DONE and not block(E, msgs[j].q, slice_end, True):
+            if msgs[j].q != NULL and msgs[j].q.state < S_DONE and \
+                    not block(E, msgs[j].q, slice_end, True, slice_ns > GIL_SPIN_NS):
                 at[0] = i
                 return CH_SLICE if now_ns() < deadline[0] else CH_STOP
         if not step_clean(s, msgs, meta, meta2):
@@ -336,10 +348,19 @@ cdef class ExchangeChain:
         bases[B_BUF] = self._base(B_BUF)
         bases[B_IN] = self._base(B_IN)
         bases[B_TMP] = self._base(B_TMP)
+        if not E.oversub:
+            rc = chain_go(E, self.steps, self.msgs, &at, stop, meta, meta2, self.count,
+                          bases, wait_ns, &deadline, posted, GIL_SPIN_NS)
+            if rc == CH_DONE:
+                return stop
+            if rc == CH_STOP:
+                self._detach(at)
+                return at
+            posted = True
         while True:
             with nogil:
                 rc = chain_go(E, self.steps, self.msgs, &at, stop, meta, meta2, self.count,
-                              bases, wait_ns, &deadline, posted)
+                              bases, wait_ns, &deadline, posted, SLICE_NS)
             if rc == CH_DONE:
                 return stop
             if rc == CH_STOP:

@@ -798,8 +798,12 @@ cdef void sleep_once(eng_t *E, int64_t deadline, bint waiter) noexcept nogil:
         pthread_cond_broadcast(&E.done_cond)
 
 
-cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True) noexcept nogil:
+cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True,
+                bint handoff=True) noexcept nogil:
     """Wait for r until the deadline: spin (driving progress), then sleep.
+
+    handoff=False: a caller that waits again at once (a chain's first, GIL-held
+    spin) does not wake the progress thread for what is left outstanding.
 
     spin=False sleeps after one progress pass: for a thread that waits beside
     the caller's own computation (the collectives' worker), where spinning
@@ -855,7 +859,7 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True) noexcept n
                 E.spin_ns = E.spin_ns * 2 if E.spin_ns * 2 < E.spin_max_ns else E.spin_max_ns
             elif t > 4 * E.spin_max_ns:
                 E.spin_ns = E.spin_ns // 2 if E.spin_ns // 2 > E.spin_min_ns else E.spin_min_ns
-    if E.drivers == 0 and E.outstanding > 0 and E.pt_parked:
+    if handoff and E.drivers == 0 and E.outstanding > 0 and E.pt_parked:
         wake_progress_thread(E)
     t = r.state >= S_DONE
     pthread_mutex_unlock(&E.lock)
