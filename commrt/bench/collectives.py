@@ -27,7 +27,7 @@ import argparse
 import json
 import sys
 
-from commrt.bench import allreduce as _one
+from commrt.bench import _peers
 from commrt.bench._coll import KINDS
 from commrt.bench._stats import Summary, fmt_size, parse_size, table
 
@@ -48,8 +48,17 @@ def algorithms(kind, which):
     if which == "auto":
         return ["auto"]
     if which == "all":
-        return _one.algorithms(kind) if kind != "barrier" else ["auto"]
+        return every_algorithm(kind) if kind != "barrier" else ["auto"]
     return which.split(",")
+
+
+def every_algorithm(kind):
+    from commrt.collectives import ALGORITHMS
+
+    names = list(ALGORITHMS[kind])
+    if kind == "all_reduce":
+        names.remove("hierarchical")  # one host: the same as reduce_bcast plus a no-op ring
+    return names + ["auto"]
 
 
 def collect(args, log):
@@ -61,18 +70,18 @@ def collect(args, log):
                 "slices": args.slices}
         mine = dict(spec, algos={k: algorithms(k, args.algos) for k in args.kinds})
         theirs = dict(spec, algos={k: ["default"] for k in args.kinds})
-        jobs = [("commrt", lambda n=n: _one.run_commrt(n, mine, args.transport, args.timeout))]
+        jobs = [("commrt", lambda n=n: _peers.run_commrt(n, mine, args.transport, args.timeout))]
         if args.peers:
             import shutil
 
-            if shutil.which("mpirun") and _one._has("mpi4py"):
+            if shutil.which("mpirun") and _peers.has_module("mpi4py"):
                 for name in MPI:
-                    jobs.append((name, lambda n=n, name=name: _one.run_mpi(
-                        n, _one.PEERS[name], theirs, args.timeout, name)))
+                    jobs.append((name, lambda n=n, name=name: _peers.run_mpi(
+                        n, _peers.PEERS[name], theirs, args.timeout, name)))
             else:
                 log("mpirun or mpi4py missing: no OpenMPI peer")
-            if _one._has("torch"):
-                jobs.append(("gloo", lambda n=n: _one.run_gloo(n, theirs, args.timeout)))
+            if _peers.has_module("torch"):
+                jobs.append(("gloo", lambda n=n: _peers.run_gloo(n, theirs, args.timeout)))
             else:
                 log("torch missing: no Gloo peer")
         for rnd in range(args.rounds):

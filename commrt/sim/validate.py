@@ -52,7 +52,7 @@ def calibrate(n):
 
 
 def measure(n, sizes, algos, timeout=600):
-    from commrt.bench import allreduce as bench
+    from commrt.bench import _peers as bench
 
     spec = {"kind": "all_reduce", "sizes": list(sizes), "algos": list(algos)}
     rows = bench.run_commrt(n, spec, "shm", timeout)["rows"]

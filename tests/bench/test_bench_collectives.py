@@ -4,14 +4,14 @@ import types
 
 import pytest
 
-from commrt.bench import _coll, allreduce, collectives
+from commrt.bench import _coll, _peers, allreduce, collectives
 
 
 @pytest.mark.timeout(300)
 def test_every_collective_runs_checked_in_one_launch():
     spec = {"kinds": list(_coll.KINDS), "sizes": [8, 4096], "target_s": 0.001, "slices": 1,
             "algos": {k: ["auto"] for k in _coll.KINDS}}
-    res = allreduce.run_commrt(3, spec, "shm", 120)
+    res = _peers.run_commrt(3, spec, "shm", 120)
     got = {(row["kind"], row["bytes"]) for row in res["rows"]}
     want = {(k, s) for k in _coll.KINDS for s in ([0] if k == "barrier" else [8, 4096])}
     assert got == want
@@ -41,3 +41,14 @@ def test_busbw_factors_are_nccl_tests():
     assert all(f(k, 4) == 0.75 for k in ("all_gather", "gather", "reduce_scatter", "scatter",
                                            "all_to_all"))
     assert f("barrier", 4) == 0.0
+
+
+def test_allreduce_is_collectives_with_one_kind_and_every_algorithm():
+    to = allreduce.collectives_argv
+    assert to([]) == ["--kinds", "all_reduce", "--algos", "all"]
+    assert to(["--kind", "broadcast", "--peers"]) == ["--kinds", "broadcast", "--peers",
+                                                      "--algos", "all"]
+    assert to(["--kind=gather", "--algos", "auto"]) == ["--kinds=gather", "--algos", "auto"]
+    assert to([], kind="all_gather")[:2] == ["--kinds", "all_gather"]
+    args = collectives.parse_args(to(["--kind", "reduce", "--nranks", "2", "--sizes", "8"]))
+    assert args.kinds == ["reduce"] and args.algos == "all" and args.nranks == [2]
