@@ -51,9 +51,11 @@ class StateHandler:
         self.save()
 
 
-class ModelStateHandler(StateHandler):
-    def __init__(self, model):
-        super().__init__(model)
+class StateDictHandler(StateHandler):
+    """An object with state_dict()/load_state_dict(): its commit is a deep copy of that."""
+
+    def __init__(self, value):
+        super().__init__(value)
         self.save()
 
     def save(self):
@@ -62,36 +64,18 @@ class ModelStateHandler(StateHandler):
     def restore(self):
         self.value.load_state_dict(self._saved)
 
+
+class ModelStateHandler(StateDictHandler):
     def sync(self):
         broadcast_parameters(self.value.state_dict(), root_rank=0)
 
 
-class OptimizerStateHandler(StateHandler):
-    def __init__(self, optimizer):
-        super().__init__(optimizer)
-        self.save()
-
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
+class OptimizerStateHandler(StateDictHandler):
     def sync(self):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class SamplerStateHandler(StateHandler):
-    def __init__(self, sampler):
-        super().__init__(sampler)
-        self.save()
-
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
+class SamplerStateHandler(StateDictHandler):
     def sync(self):
         self.value.load_state_dict(broadcast_object(self.value.state_dict()))
 
