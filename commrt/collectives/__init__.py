@@ -193,10 +193,9 @@ def _planned(comm, key, out, inbuf):
         if plan is None:
             return False
         seq = st.seq                        # plans.run, written out (a call level less)
-        meta = plan.base | (seq & _SEQ_MASK)
         st.seq = seq + 1
-        st.history.append((seq, meta, plan.meta2))
-        i = plan.chain.run(out, meta, plan.wait, 0, None, plan.meta2, inbuf)
+        st.history.append((seq, plan.base, plan.meta2))
+        i = plan.chain.go(out, seq, inbuf)
         if i == plan.nsteps and plan.plain:
             return True
         return plans.finish(comm, st, plan, seq, i, out, inbuf)
@@ -239,12 +238,11 @@ def barrier(comm, *, timeout=None, async_op=False):
             plan = st.small.get("barrier")
             if plan is not None:
                 seq = st.seq
-                meta = plan.base | (seq & _SEQ_MASK)
                 st.seq = seq + 1
-                st.history.append((seq, meta, plan.meta2))
-                i = plan.chain.run(plan.tmp, meta, plan.wait, 0, None, plan.meta2)
+                st.history.append((seq, plan.base, plan.meta2))    # (readers OR the seq in)
+                i = plan.chain.go(plan.tmp, seq)
                 if i != plan.nsteps:
-                    _small.finish(comm, st, plan.tmp, plan, seq, meta, i)
+                    _small.finish(comm, st, plan.tmp, plan, seq, plan.base | (seq & _SEQ_MASK), i)
                 return None
         finally:
             st.inside = 0
@@ -357,14 +355,14 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
                     return buf
             elif plan is not None:
                 seq = st.seq
-                meta = plan.base | (seq & _SEQ_MASK)
                 st.seq = seq + 1
-                st.history.append((seq, meta, plan.meta2))
+                st.history.append((seq, plan.base, plan.meta2))    # (readers OR the seq in)
                 if plan.plain:              # fused, nothing to do after: one C call
-                    i = plan.chain.run(buf, meta, plan.wait, 0, None, plan.meta2)
+                    i = plan.chain.go(buf, seq)
                     if i == plan.nsteps:
                         return buf
-                else:
+                meta = plan.base | (seq & _SEQ_MASK)
+                if not plan.plain:
                     i = plan.chain.run(buf, meta, plan.wait, 0, plan.first_last, plan.meta2)
                 if _small.finish(comm, st, buf, plan, seq, meta, i) is not None:
                     return buf

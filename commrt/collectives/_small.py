@@ -89,6 +89,7 @@ class Plan:
         self.chain = comm.channel.exchange_chain(
             [(dst, src, h) for (dst, src, _), h in zip(steps, hooks)], self.tmp, self.count, TAG)
         self.wait = min(st.probe_s, st.timeout)
+        self.chain.stamp(self.base, self.meta2, self.wait, SEQ_MASK)
         self.avg = avg
         self.first_last = None if self.fused else 1   # how far the first chain run goes
         self.plain = self.fused and not avg             # nothing to do after a clean run
@@ -119,6 +120,7 @@ class RangedPlan:
              for p, s0, s1, r0, r1, red in steps], None, 0, TAG, buf.nbytes, isz)
         self.fused = True
         self.wait = min(st.probe_s, st.timeout)
+        self.chain.stamp(self.base, self.meta2, self.wait, SEQ_MASK)
         self.avg = avg
 
     first_last = None       # the first chain run is the whole call
@@ -214,7 +216,7 @@ def run(comm, st, buf, plan):
     seq = st.seq
     meta = plan.base | (seq & SEQ_MASK)
     st.seq = seq + 1                        # begun (even if Ctrl-C stops the chain)
-    st.history.append((seq, meta, plan.meta2))
+    st.history.append((seq, plan.base, plan.meta2))    # (readers OR the seq in)
     return finish(comm, st, buf, plan, seq, meta, plan.chain.run(buf, meta, plan.wait, 0,
                                                                   plan.first_last, plan.meta2))
 

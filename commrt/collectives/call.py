@@ -368,7 +368,7 @@ class Call:
                     f"[{', '.join(diff(ours, fp))} differ]")
         # a message of an earlier call nobody received in it (every rank only sent,
         # e.g. each passed itself as a broadcast's root): that call was the mismatch
-        theirs = earlier[1:]
+        theirs = (earlier[1] | (seq & SEQ_MASK), earlier[2])   # a plan's entry: its base
         fields = [f for f in diff(theirs, fp) if f != "seq"] or ["count"]
         # (kept short: the abort carries the reason to every rank in 255 bytes)
         return (f"in the earlier call #{earlier[0]} [{', '.join(fields)} differ]: rank "
@@ -427,7 +427,7 @@ def check_probes(st, call):
         seq = theirs[0] & SEQ_MASK
         # every call this rank made at that sequence number (an internal call,
         # calibrate, shares its user call's): a mismatch if none is theirs
-        ours = [(meta, meta2) for s, meta, meta2 in st.history if s == seq]
+        ours = [(meta | (s & SEQ_MASK), meta2) for s, meta, meta2 in st.history if s == seq]
         if ours and theirs not in ours:
             mine = ours[-1]
             reason = (f"collective mismatch: rank {call.rank} called {describe_meta(*mine)}; "

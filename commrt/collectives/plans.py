@@ -71,6 +71,7 @@ class SchedPlan:
             [(msgs, h[0] if h else 0) for msgs, h in zip(steps, hooks)], tmp,
             count if any(hooks) else 0, TAG, nbytes, self.isz, in_nbytes)
         self.wait = min(st.probe_s, st.timeout)
+        self.chain.stamp(self.base, self.meta2, self.wait, SEQ_MASK)
         self.avg = avg
         self.large = max(nbytes, in_nbytes) > _small.RANGED_MAX_BYTES // 16
         self.plain = not (self.avg or self.large)      # nothing to do after a clean run
@@ -230,11 +231,9 @@ def run(comm, st, plan, out, inbuf):
     when the buffers do not fit it (the caller takes the general path).
     (commrt.collectives._planned runs these first lines itself, then finish.)"""
     seq = st.seq
-    meta = plan.base | (seq & SEQ_MASK)
     st.seq = seq + 1
-    st.history.append((seq, meta, plan.meta2))
-    return finish(comm, st, plan, seq, plan.chain.run(out, meta, plan.wait, 0, None,
-                                                      plan.meta2, inbuf), out, inbuf)
+    st.history.append((seq, plan.base, plan.meta2))    # (readers OR the seq in)
+    return finish(comm, st, plan, seq, plan.chain.go(out, seq, inbuf), out, inbuf)
 
 
 def finish(comm, st, plan, seq, i, out, inbuf):

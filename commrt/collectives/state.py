@@ -30,7 +30,7 @@ class CommState:
         self.seq = 0
         self.inside = 0                          # ident of the thread inside a collective (0: none)
         self.poisoned = None                     # the reason, once the context was aborted
-        self.history = collections.deque(maxlen=256)   # (seq, meta, meta2) of recent calls
+        self.history = collections.deque(maxlen=256)   # (seq, meta, meta2) of recent calls (a plan's: its base, the seq not in)
         self.current = None                      # the Call running now
         self.cache = {}                          # cost parameters, derived communicators...
         self._scratch = {}

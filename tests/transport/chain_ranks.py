@@ -161,3 +161,26 @@ def sizes_differ(comm):
         return k, "ok", st.nbytes
     except MessageTruncatedError as exc:
         return k, "truncated", str(exc)
+
+
+def stamped(comm):
+    """go(buf, seq) sends stamp()'s base | (seq & mask): the same on every rank runs
+    clean; rank r's own base stops the chain at step 0, and the receive handed over
+    holds the other rank's base | (seq & mask).  go() before stamp() is refused."""
+    tmp = np.zeros(2, np.float64)
+    ch = doubling_chain(comm, np.float64, "sum", tmp)
+    buf = np.full(2, comm.rank + 1.0)
+    out = {}
+    try:
+        ch.go(buf, 1)
+    except ValueError as exc:
+        out["unstamped"] = str(exc)
+    ch.stamp(7 << 40, 3, 10.0, 0xFF)
+    out["clean"] = ch.go(buf, 0x1FF)
+    out["sum"] = buf.tolist()
+    ch.stamp((comm.rank + 1) << 40, 3, 10.0, 0xFF)
+    out["k"] = ch.go(buf, 0x2AB)
+    rq, sq = ch.handover()
+    out["meta"] = rq.wait(10).meta
+    sq.wait(10)
+    return out

@@ -75,3 +75,12 @@ def test_sizes_that_differ_stop_the_chain():
         (k0, what0, detail0), (k1, what1, nbytes1) = w.run(R.sizes_differ)
     assert k0 == 0 and what0 == "truncated", detail0
     assert k1 == 0 and what1 == "ok" and nbytes1 == 8
+
+
+def test_stamped_runs_send_base_or_seq():
+    with World(2, timeout=60) as w:
+        outs = w.run(R.stamped, timeout=60)
+    for r, out in enumerate(outs):
+        assert "stamp" in out["unstamped"], out
+        assert out["clean"] == 1 and out["sum"] == [3.0, 3.0], out
+        assert out["k"] == 0 and out["meta"] == ((2 - r) << 40) | 0xAB, out
