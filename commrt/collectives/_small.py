@@ -57,7 +57,7 @@ class Plan:
     the kernels' C loop after each step, so one chain run is the whole call."""
     __slots__ = ("kind", "algo", "base", "meta2", "count", "nbytes", "dtype", "op", "tmp",
                  "steps", "nsteps", "chain", "fused", "combine", "wait", "avg", "first_last",
-                 "plain")
+                 "plain", "memo_op", "memo_shape")
     ranged = False
     sched = False
 
@@ -100,7 +100,7 @@ class RangedPlan:
     buffer (see the module text); the chain lets go of the buffer after each
     call, so a large buffer is not kept alive by the plan."""
     __slots__ = ("kind", "algo", "base", "meta2", "count", "nbytes", "dtype", "op", "steps",
-                 "nsteps", "chain", "fused", "wait", "avg", "hook")
+                 "nsteps", "chain", "fused", "wait", "avg", "hook", "memo_op", "memo_shape")
     ranged = True
     sched = False
 

@@ -51,7 +51,8 @@ class SchedPlan:
     """One prepared collective: its fingerprint, its chain, the chain's steps
     (message tuples, for the hand-over), and what follows a clean run."""
     __slots__ = ("kind", "algo", "base", "meta2", "count", "dtype", "op", "root", "chain",
-                 "steps", "nsteps", "wait", "tmp", "isz", "avg", "large", "after", "plain")
+                 "steps", "nsteps", "wait", "tmp", "isz", "avg", "large", "after", "plain",
+                 "memo_op", "memo_shape")
     sched = True            # (the all-reduce's entry tells these from _small's plans)
 
     def __init__(self, comm, st, kind, algo, count, dtype, op, root, steps, tmp, nbytes,

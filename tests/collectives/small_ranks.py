@@ -184,3 +184,41 @@ def switch_interval(comm):
     before = sys.getswitchinterval()
     C.all_reduce(sub, np.ones(4, np.float32), "SUM", async_op=True).wait(30)
     return before, sys.getswitchinterval()
+
+
+def memo_switches(comm, rounds=3):
+    """all_reduce remembers the plan it ran last: calls that alternate op, dtype
+    and shape, and one buffer whose dtype and shape are changed in place, must
+    each get their own plan's result (never the last plan's)."""
+    n, r = comm.size, comm.rank + 1
+    total = n * (n + 1) // 2
+    out = []
+    for _ in range(rounds):
+        a = np.full(4, r, np.float32)
+        C.all_reduce(comm, a, "SUM")
+        out.append(a.tolist() == [total] * 4)
+        a[:] = r
+        C.all_reduce(comm, a, "MAX")
+        out.append(a.tolist() == [n] * 4)
+        b = np.full(4, r, np.float64)
+        C.all_reduce(comm, b, "SUM")
+        out.append(b.tolist() == [total] * 4)
+        c = np.full(4, r, np.int32)
+        C.all_reduce(comm, c, "SUM")
+        out.append(c.tolist() == [total] * 4)
+        c.dtype = np.float32                 # the same object, another dtype
+        c[:] = float(r)
+        C.all_reduce(comm, c, "SUM")
+        out.append(c.tolist() == [float(total)] * 4)
+        c.shape = (2, 2)                     # the same object, another shape
+        c[...] = r
+        C.all_reduce(comm, c, "SUM")
+        out.append(c.tolist() == [[float(total)] * 2] * 2)
+        i = np.full(4, r, np.int32)
+        C.all_reduce(comm, i, "SUM")
+        out.append(i.tolist() == [total] * 4)
+        i2 = i.view(np.float32)              # same bytes seen as float32: not int's plan
+        i2[:] = float(r)
+        C.all_reduce(comm, i2, "SUM")
+        out.append(i2.tolist() == [float(total)] * 4)
+    return out

@@ -60,6 +60,11 @@ def test_large_buffers_planned(world, dtype, op, n):
     assert len({tuple(r[0]) for r in res}) == 1 and all(r[1] for r in res), res
 
 
+def test_plan_memo_never_serves_another_call(world):
+    for out in world.run(S.memo_switches):
+        assert all(out), out
+
+
 def test_ranks_on_the_general_path_interoperate(world):
     res = world.run(S.repeated, 5, 7, "float64", "SUM", 4, (0,))
     assert len({tuple(r[0]) for r in res}) == 1
