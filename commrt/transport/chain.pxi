@@ -210,6 +210,7 @@ cdef class ExchangeChain:
     cdef object rank_of
     cdef object detached        # the Requests of the step the last run stopped at
     cdef uint32_t itemsize      # element size of the reduce-receives
+    cdef char *cbase[3]         # _base() of each buffer, kept by _rebase (read by every run)
     cdef bint stamped           # what go() sends (stamp())
     cdef uint64_t st_base
     cdef uint64_t st_meta2
@@ -277,6 +278,7 @@ cdef class ExchangeChain:
     cdef void _rebase(self, int where):
         cdef char *base = self._base(where)
         cdef int k
+        self.cbase[where] = base
         for k in range(self.nmsgs):
             if self.msgs[k].where == where and self.msgs[k].q != NULL:
                 self.msgs[k].q.buf = base + self.msgs[k].off if base != NULL else NULL
@@ -364,7 +366,7 @@ cdef class ExchangeChain:
         cdef int rc
         cdef int64_t deadline = 0
         cdef bint posted = False
-        cdef char *bases[3]
+        cdef char **bases = self.cbase
         if self.uses_buf and buf is not self.bound and not self._bind(buf, False):
             return -1
         if self.uses_in and inbuf is not self.bound_in and not self._bind(inbuf, True):
@@ -374,9 +376,6 @@ cdef class ExchangeChain:
         self.detached = None
         if at >= stop:
             return stop
-        bases[B_BUF] = self._base(B_BUF)
-        bases[B_IN] = self._base(B_IN)
-        bases[B_TMP] = self._base(B_TMP)
         if not E.oversub:
             rc = chain_go(E, self.steps, self.msgs, &at, stop, meta, meta2, self.count,
                           bases, wait_ns, &deadline, posted, GIL_SPIN_NS)
@@ -485,6 +484,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
         except (BufferError, ValueError) as exc:
             raise ValueError(_buffer_problem(tmp, True, exc)) from None
         ch.has_tmp = True
+        ch.cbase[B_TMP] = <char *>ch.tmp_view.buf
         tmp_len = <uint64_t>ch.tmp_view.len
         ch.nbytes = tmp_len
     elif nbytes < 0:
