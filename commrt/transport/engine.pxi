@@ -821,7 +821,7 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True,
     cdef unsigned int it = 0
     pthread_mutex_lock(&E.lock)
     E.drivers += 1
-    spin_end = now_ns() + (E.spin_ns if spin else 0)
+    spin_end = -1                           # set at the first clock read (pass 0)
     while r.state < S_DONE:
         # fds (TCP data, a shm peer's death) every pass with TCP peers, else now and then
         progress(E, E.n_fd_polled > 0 or (it & 1023) == 1023)
@@ -831,6 +831,8 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True,
         # that; the deadline and the spin budget overshoot by under a microsecond.
         if E.oversub or (it & 7) == 0:
             t = now_ns()
+            if spin_end < 0:
+                spin_end = t + (E.spin_ns if spin else 0)
             if t >= spin_end or t >= deadline:
                 break
         pthread_mutex_unlock(&E.lock)
