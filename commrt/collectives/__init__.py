@@ -186,12 +186,20 @@ def _planned(comm, key, out, inbuf):
         return False
     st.inside = _get_ident()
     try:
-        try:
-            plan = st.small.get(key)
-        except TypeError:                   # an unhashable op: the general path names it
-            return False
-        if plan is None:
-            return False
+        # The plan this collective ran last, if its key is equal to this one (the
+        # same test the dict makes after hashing: hashing the key, a dtype's hash
+        # computed afresh each time, cost more than comparing it).
+        memo = st.memo.get(key[0])
+        if memo is not None and memo[0] == key:
+            plan = memo[1]
+        else:
+            try:
+                plan = st.small.get(key)
+            except TypeError:               # an unhashable op: the general path names it
+                return False
+            if plan is None:
+                return False
+            st.memo[key[0]] = (key, plan)
         seq = st.seq                        # plans.run, written out (a call level less)
         st.seq = seq + 1
         st.history.append((seq, plan.base, plan.meta2))

@@ -42,6 +42,7 @@ class CommState:
         self.probe_req = None                    # posted receive for probes, once needed
         self.small = {}                          # prepared small all-reduces (_small.py)
         self.last_all_reduce = None              # the plan all_reduce ran last (its memo)
+        self.memo = {}                           # kind: (key, plan) each _planned ran last
         self.probe_buf = np.zeros(2, np.uint64)           # a probe: (meta, meta2)
         # knobs, read once per communicator (a collective call must stay cheap)
         self.timeout = config.get("COMMRT_TIMEOUT")

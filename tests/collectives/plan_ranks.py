@@ -202,3 +202,15 @@ def timeout_on_plan(comm, sleep_s):
     except CommTimeoutError as exc:
         return "CommTimeoutError", str(exc), time.monotonic() - t0
     return "no error", "", time.monotonic() - t0
+
+
+def alternating(comm, kind):
+    """Planned calls of one kind whose size, dtype, op and root change from call to
+    call (each collective remembers the plan it ran last): every result checked."""
+    size = comm.size
+    shapes = [(3, "float32", "SUM", 0), (5, "float64", "MAX", size - 1),
+              (3, "float32", "SUM", 1 % size), (3, "int32", "SUM", 0), (3, "float32", "MAX", 0)]
+    for rnd in range(3):
+        for i, (n, dtype, op, root) in enumerate(shapes):
+            call(comm, kind, 100 * rnd + i, n, dtype, op, root)
+    return True

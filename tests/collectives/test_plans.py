@@ -53,6 +53,11 @@ def test_planned_sends_the_general_paths_messages(world, kind):
             assert any(v[0] or v[1] for v in planned.values()), (kind, n, r, planned)
 
 
+@pytest.mark.parametrize("kind", P.KINDS)
+def test_calls_that_change_from_call_to_call_get_their_own_plan(world, kind):
+    assert world.run(P.alternating, kind) == [True] * world.size
+
+
 def test_large_reduce_scatter_planned_on_two_ranks(world):
     """Blocks beyond the eager limit (80 KB): planned at N = 2 (no deadlock with one
     peer), the general path beyond."""
