@@ -2,6 +2,7 @@
 
     python -m commrt.bench horovod [--sizes 2,4] [--rounds 3] [--steps 20] [--warmup 3]
                                    [--batch 16] [--models tiny,cnn] [--json FILE]
+                                   [--variant LABEL:K=V[,K=V]]...
 
 As Horovod's examples/pytorch/pytorch_synthetic_benchmark.py: CNNs defined
 here (no torchvision), synthetic images, one thread per rank.  ``cnn`` has
@@ -14,7 +15,9 @@ with fusion (default HOROVOD_FUSION_THRESHOLD), without (threshold 0), with
 fusion and Compression.fp16, and torch DistributedDataParallel over Gloo
 (the Horovod package itself does not build here), each a fresh job started
 by commrt-launch.  The figure is images per second over all ranks, median
-over rounds [min-max]; ratios are against DDP and fusion off.
+over rounds [min-max]; ratios are against DDP and fusion off.  A --variant
+adds a column ``fusion+LABEL``: fusion with extra rank environment, run in the
+same interleaved rounds (an A/B of a knob against its peers in one run).
 """
 import argparse
 import json
@@ -35,10 +38,12 @@ def _free_port():
 
 
 def run_one(model, mode, n, args):
+    base, _, label = mode.partition("+")
+    extra = [a for kv in (args.variants[label] if label else ()) for a in ("--env", kv)]
     cmd = [sys.executable, "-m", "commrt.launcher", "-n", str(n), "--no-prefix",
            "--env", "OMP_NUM_THREADS=1", "--env", "MASTER_ADDR=127.0.0.1",
-           "--env", f"MASTER_PORT={_free_port()}",
-           "-m", "commrt.bench._horovod_worker", mode, model, str(args.batch),
+           "--env", f"MASTER_PORT={_free_port()}", *extra,
+           "-m", "commrt.bench._horovod_worker", base, model, str(args.batch),
            str(args.steps), str(args.warmup)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     for line in out.stdout.splitlines():
@@ -60,9 +65,19 @@ def main(argv=None):
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json", metavar="FILE")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL:K=V[,K=V]",
+                   help="also run fusion with this rank environment, interleaved "
+                        "(repeatable), e.g. spin50:COMMRT_SPIN_MAX_US=50")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     modes = [m for m in args.modes.split(",") if m]
+    args.variants = {}
+    for v in args.variant:
+        label, sep, env = v.partition(":")
+        if not sep or not label or "+" in label or any("=" not in kv for kv in env.split(",")):
+            p.error(f"--variant wants LABEL:K=V[,K=V], got {v!r}")
+        args.variants[label] = env.split(",")
+        modes.append("fusion+" + label)
     models = [m for m in args.models.split(",") if m]
     keys = [(mo, n, m) for mo in models for n in sizes for m in modes]
     samples = {k: [] for k in keys}
