@@ -22,15 +22,18 @@ shared memory the receiver's own core copies, then combines: no overlap).
 A combine of s bytes costs s·γ(s): γ in cache, γ_mem (``gamma_mem``, the
 cost model's out-of-cache kernel figure) from 16 MiB, geometric between.
 
-A message sent at t by a rank arrives at t + α + bytes·β (later if its NIC
-or the fabric is busy); a receive posted at p completes at max(p, arrival)
-+ (combine) min(bytes, segment)·γ, or bytes·γ on shared memory.  With ``cores`` (per node) the CPU is a
-resource too, for more ranks than cores: a receive's work, its α and its
-copy on shared memory (α_shm + bytes·β_shm: matching and waking the receiver
-burn a core as much as copying does) and its combining
-(bytes·γ), runs on the node's earliest free core once the message can
-start (both sides posted; on the network its first segment in), and the
-receive completes when that work and the message's arrival are done.
+A message between nodes sent at t arrives at t + α + bytes·β (later if its
+NIC or the fabric is busy); a receive posted at p completes at max(p,
+arrival) + (combine) min(bytes, segment)·γ.  On shared memory the receiver
+copies (process_vm_readv, or the chunks of the two-copy path), so a rank is
+a resource: each receive's α_shm + bytes·β(bytes) (``beta_at``: β measured
+per message size) and its combining (bytes·γ) run on the receiving rank's
+thread, one receive after another, from the moment both sides have posted.
+With ``cores`` (per node) the CPU is shared too, for more ranks than cores:
+that work (and a network receive's combining) also holds one of the node's
+cores, the earliest free, and α_shm becomes ``alpha_oversub`` (a hop of an
+8-byte ring pass round the node's ranks on its cores: matching and waking a
+descheduled receiver) where it is given.
 Events run in time order, so NIC queues serve in the order messages are
 sent.  ``MAX_MESSAGES`` bounds a run.
 
@@ -85,6 +88,29 @@ class Topology:
     bisection: Optional[float] = None   # bytes/s of the fabric between nodes (None: unlimited)
     cores: Optional[int] = None         # per node (None: a core per rank, never shared)
     gamma_mem: Optional[float] = None   # γ of a combine too large for the caches (None: γ)
+    beta_at: tuple = ()                 # ((bytes, β_shm), ...) measured per size (): β_shm
+    alpha_oversub: Optional[float] = None   # α_shm where a node's ranks outnumber its cores
+
+    def b(self, nbytes):
+        """β of a shared-memory message of nbytes: the measured curve (``beta_at``,
+        log-linear between its sizes, its ends beyond them), else β_shm."""
+        pts = self.beta_at
+        if not pts:
+            return self.beta_shm
+        if nbytes <= pts[0][0]:
+            return pts[0][1]
+        for (k0, b0), (k1, b1) in zip(pts, pts[1:]):
+            if nbytes <= k1:
+                f = math.log(nbytes / k0) / math.log(k1 / k0)
+                return b0 + (b1 - b0) * f
+        return pts[-1][1]
+
+    @property
+    def a_shm(self):
+        """α of a shared-memory message: α_oversub where ranks outnumber cores."""
+        if self.alpha_oversub and self.cores and self.ranks_per_node > self.cores:
+            return self.alpha_oversub
+        return self.alpha_shm
 
     def g(self, nbytes):
         """γ of a combine of nbytes at once: γ in cache, γ_mem from 16 MiB, geometric
@@ -215,21 +241,23 @@ def _rank0(topo, steps, itemsize):
     ingress are busy until the same time (``free``)."""
     t = free = 0.0
     for msgs in steps:
-        done = t
+        done = cpu = t    # cpu: when rank 0's core is done with this step's copies
         for op, peer, lo, hi in msgs:
             if op == "send":
                 continue
             nbytes = (hi - lo) * itemsize
-            local = topo.node(0) == topo.node(peer)
-            if local:
-                arrival = t + topo.alpha_shm + nbytes * topo.beta_shm
-            else:
-                start = max(t, free)
-                free = start + nbytes * topo.beta_net
-                arrival = start + topo.alpha_net + nbytes * topo.beta_net
-            end = max(t, arrival)
+            if topo.node(0) == topo.node(peer):   # its own core copies, then combines
+                work = topo.a_shm + nbytes * topo.b(nbytes)
+                if op == "combine":
+                    work += nbytes * topo.g(nbytes)
+                cpu += work     # the full run's sum, term for term
+                done = max(done, cpu)
+                continue
+            start = max(t, free)
+            free = start + nbytes * topo.beta_net
+            end = start + topo.alpha_net + nbytes * topo.beta_net
             if op == "combine":
-                part = nbytes if local else min(nbytes, topo.segment)
+                part = min(nbytes, topo.segment)
                 end += part * topo.g(part)
             done = max(done, end)
         t = done
@@ -250,43 +278,45 @@ def _full(topo, steps, itemsize):
     events = [(0.0, r) for r in range(n)]
     heapq.heapify(events)
     free = [[0.0] * topo.cores for _ in range(topo.nodes)] if topo.cores else None
+    mine = [0.0] * n               # when each rank (one thread) is done with its copies
 
     def on_cpu(dst, post, sent_at, arrival, nbytes, combine, local):
-        """Completion of a receive whose work needs one of its node's cores."""
+        """Completion of a receive whose work runs on its rank's thread (one receive
+        at a time) and, where ranks share cores, on one of its node's cores."""
         first = min(nbytes, topo.segment)
         if local:
-            # ranks sharing cores: the message's α (its matching, the wake-up of
-            # the receiver) is CPU time too, so it queues for a core with the copy
+            # the receiver copies (process_vm_readv, or the ring's chunks): one
+            # message after another on its own thread; sharing cores, the
+            # message's α (matching, waking the receiver) queues with the copy
             ready = max(post, sent_at)
-            work, floor = topo.alpha_shm + nbytes * topo.beta_shm, ready + topo.alpha_shm
+            work, floor = topo.a_shm + nbytes * topo.b(nbytes), ready + topo.a_shm
         else:
             ready = max(post, arrival - (nbytes - first) * topo.beta_net)
             work, floor = 0.0, max(post, arrival)
         if combine:
             work += nbytes * topo.g(nbytes)
             floor += first * topo.g(first)
-        cores = free[topo.node(dst)]
-        start = max(ready, heapq.heappop(cores))
-        heapq.heappush(cores, start + work)
+        if not work or (free is None and not local):   # as the network run always was
+            return floor
+        start = max(ready, mine[dst])
+        if free is not None:
+            cores = free[topo.node(dst)]
+            start = max(start, heapq.heappop(cores))
+            heapq.heappush(cores, start + work)
+        mine[dst] = start + work
         return max(start + work, floor)
 
     def complete(dst, post, msg, nbytes, combine, now):
         arrival, sent_at, local = msg
-        if free is not None:
-            t = on_cpu(dst, post, sent_at, arrival, nbytes, combine, local)
-        else:
-            t = max(post, arrival)
-            if combine:  # shared memory: the receiver's core copies, then combines
-                part = nbytes if local else min(nbytes, topo.segment)
-                t += part * topo.g(part)
+        t = on_cpu(dst, post, sent_at, arrival, nbytes, combine, local)
         done_at[dst] = max(done_at[dst], t)
         left[dst] -= 1
         if left[dst] == 0:
             heapq.heappush(events, (max(done_at[dst], now), dst))
 
     def depart(src, dst, nbytes, t):
-        if topo.node(src) == topo.node(dst):
-            return t + topo.alpha_shm + nbytes * topo.beta_shm
+        if topo.node(src) == topo.node(dst):   # unused: the receiver's copy sets its time
+            return t + topo.a_shm + nbytes * topo.b(nbytes)
         a, b = topo.node(src), topo.node(dst)
         wire = nbytes * topo.beta_net
         start = max(t, egress[a], ingress[b])

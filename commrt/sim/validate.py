@@ -37,18 +37,69 @@ def _params(comm):
             "segment": p.segment}
 
 
+# message sizes of the β curve: an exchange of each between ranks 0 and 1
+BETA_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+
+
+def _exchange_time(comm, peer, nbytes, reps=7):
+    """Lower quartile of reps sendrecvs of nbytes with peer (both send at once,
+    as a step of an exchange; point to point, no collective) after two warm-ups."""
+    import time
+
+    import numpy as np
+
+    out, into = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+    times = []
+    for i in range(reps + 2):
+        t0 = time.perf_counter()
+        comm.sendrecv(out, peer, into, peer, timeout=60)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 4]
+
+
+def _beta_curve(comm, alpha, sizes=BETA_SIZES):
+    """((size, β), ...): ranks 0 and 1 exchange each size, β = (time - α) / size;
+    the others wait in the broadcast that spreads the figures."""
+    curve = None
+    if comm.rank < 2:
+        curve = [(k, max(1e-12, (_exchange_time(comm, 1 - comm.rank, k) - alpha) / k))
+                 for k in sizes]
+    return tuple(tuple(x) for x in comm.broadcast_obj(curve, 0))
+
+
+def _hop(comm):
+    """µs of one hop of an 8-byte ring pass round every rank (bench p2p --ring's
+    loop): a message's cost where the ranks outnumber the cores, each woken in turn."""
+    from commrt.bench import _kernels
+    from commrt.bench._p2p_commrt import ops_for
+
+    got = _kernels.ring(ops_for(comm), target_s=0.5)
+    return comm.broadcast_obj(got.get("ring_us_per_hop") if comm.rank == 0 else None, 0)
+
+
 def _params_cores(comm):
     p = _params(comm)
     from commrt.collectives.cost import _cores
     p["cores"] = _cores()
+    if comm.size == 2:   # the pair alone: with more ranks their waiting skews it
+        p["beta_at"] = _beta_curve(comm, p["alpha"])
+    if comm.size > p["cores"]:
+        p["alpha_oversub"] = _hop(comm) * 1e-6
     return p
 
 
-def calibrate(n):
+def calibrate(n, pair=None):
+    """The simulator's parameters for n ranks on this host: the cost model's
+    calibration of an n-rank job, the ring-pass hop where n ranks outnumber the
+    cores, and the β curve of a two-rank job (``pair``: one measured before)."""
     from commrt.testing import World
 
     with World(n, env={"COMMRT_COST_CACHE": ""}, timeout=300) as w:
-        return w.run(_params_cores)[0]
+        p = w.run(_params_cores)[0]
+    if "beta_at" not in p:
+        p["beta_at"] = (pair or calibrate(2))["beta_at"]
+    return p
 
 
 def measure(n, sizes, algos, timeout=600):
@@ -62,7 +113,8 @@ def measure(n, sizes, algos, timeout=600):
 def predicted(n, nbytes, algo, p):
     topo = Topology(1, n, p["alpha"], p["beta"], p["alpha"], p["beta"], p["gamma"],
                     p["segment"], cores=p["cores"] if n > p["cores"] else None,
-                    gamma_mem=p.get("gamma_mem"))
+                    gamma_mem=p.get("gamma_mem"), beta_at=tuple(map(tuple, p.get("beta_at", ()))),
+                    alpha_oversub=p.get("alpha_oversub"))
     return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4), ranks_per_node=n),
                     itemsize=4)
 
@@ -70,8 +122,9 @@ def predicted(n, nbytes, algo, p):
 def run(ranks, sizes, algos, rounds, log=print):
     data = {}    # (n, algo, bytes) -> {"measured": [...], "simulated": [...]}
     for r in range(rounds):
+        pair = calibrate(2)
         for n in ranks:
-            p = calibrate(n)
+            p = pair if n == 2 else calibrate(n, pair)
             runnable = []
             for algo in algos:
                 try:
