@@ -133,6 +133,34 @@ cdef bint enqueue(eng_t *E, peer_t *p, hdr_t *h, char *payload, uint64_t plen,
     return True
 
 
+cdef void insert_reply(peer_t *p, frame_t *f) noexcept nogil:
+    """Queue a control reply ahead of every frame not yet started, behind the
+    replies already queued (they keep their order).  Only where the channel
+    allows it (TCP): a CTS queued behind megabytes of our own DATA would hold
+    the peer's transfer back for as long as those take on the link, so a
+    two-way exchange on one connection ran at a third of the link's rate.
+    Frames are numbered (seq) and credit is stamped as they start, so an
+    overtaken frame is numbered after its reply as on the wire."""
+    cdef frame_t *prev = NULL
+    cdef frame_t *at = p.txq
+    if at != NULL and at.off > 0:       # a frame half written stays first
+        prev, at = at, at.next
+    while at != NULL and at.reply:
+        prev, at = at, at.next
+    f.reply = True
+    f.next = at
+    if prev == NULL:
+        p.txq = f
+    else:
+        prev.next = f
+    if at == NULL:
+        p.txq_tail = f
+
+
+cdef inline bint is_reply(int opcode) noexcept nogil:
+    return opcode == OP_CTS or opcode == OP_FIN or opcode == OP_CREDIT or opcode == OP_BEAT
+
+
 cdef inline void init_hdr(eng_t *E, hdr_t *h, int opcode, uint32_t ctx, int tag) noexcept nogil:
     memset(h, 0, sizeof(hdr_t))
     h.magic = HDR_MAGIC
@@ -146,13 +174,21 @@ cdef inline void init_hdr(eng_t *E, hdr_t *h, int opcode, uint32_t ctx, int tag)
 cdef void send_ctrl(eng_t *E, peer_t *p, int opcode, uint32_t ctx, uint64_t cookie,
                     uint64_t addr, uint64_t meta) noexcept nogil:
     cdef hdr_t h
+    cdef frame_t *f
     if p.lost:
         return
     init_hdr(E, &h, opcode, ctx, 0)
     h.cookie = cookie
     h.addr = addr
     h.meta = meta
-    if not enqueue(E, p, &h, NULL, 0, NULL, False, False):
+    if p.ops.overtake and is_reply(opcode) and p.txq != NULL:
+        f = <frame_t *>calloc(1, sizeof(frame_t))
+        if f == NULL:
+            peer_lost(E, p, E_PEER_LOST, b"out of memory queueing a control frame")
+            return
+        memcpy(&f.h, &h, sizeof(hdr_t))
+        insert_reply(p, f)
+    elif not enqueue(E, p, &h, NULL, 0, NULL, False, False):
         peer_lost(E, p, E_PEER_LOST, b"out of memory queueing a control frame")
         return
     flush(E, p)
@@ -379,14 +415,32 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         peer_lost(E, p, E_CLOSED, b"the peer closed its communicator")
 
 
+# Where replies overtake (TCP), a rendezvous's DATA goes in frames of at most
+# this many bytes (each at its offset, h.addr): a reply then waits behind at
+# most one piece in flight, never behind a whole large message.
+DEF DATA_PIECE = 1 << 20
+
+
 cdef void send_data(eng_t *E, peer_t *p, req_t *r, uint64_t recv_id) noexcept nogil:
     cdef hdr_t h
+    cdef uint64_t off = 0
+    cdef uint64_t piece = r.nbytes
     init_hdr(E, &h, OP_DATA, r.ctx, r.tag)
     h.cookie = recv_id
-    h.nbytes = r.nbytes
-    if not enqueue(E, p, &h, r.buf, r.nbytes, r, False, p.ops.chunked):
-        fail(E, r, E_PEER_LOST, p.rank)
-        return
+    if p.ops.overtake:
+        piece = DATA_PIECE              # a multiple of every combinable itemsize
+    while True:                         # the send completes with its last piece
+        h.addr = off
+        h.nbytes = piece if r.nbytes - off > piece else r.nbytes - off
+        if not enqueue(E, p, &h, r.buf + off, h.nbytes, r if off + h.nbytes == r.nbytes
+                       else NULL, False, p.ops.chunked):
+            if off:     # pieces already queued point into the buffer: drop the channel
+                peer_lost(E, p, E_PEER_LOST, b"out of memory queueing DATA")
+            fail(E, r, E_PEER_LOST, p.rank)
+            return
+        off += h.nbytes
+        if off >= r.nbytes:
+            break
     flush(E, p)
 
 
@@ -472,7 +526,7 @@ cdef uint64_t no_memory(peer_t *p) noexcept nogil:
 
 
 cdef chan_ops_t SELF_OPS = chan_ops_t(
-    name=b"self", remote=False, polled_fd=False, chunked=False, post=self_send, put=NULL,
+    name=b"self", remote=False, polled_fd=False, chunked=False, overtake=False, post=self_send, put=NULL,
     flush=self_flush, poll=NULL, on_event=NULL, arm=NULL, pull=NULL, beat=NULL, beat_lockfree=False, heard=NULL,
     memory=no_memory, unsent=NULL, release=NULL)
 

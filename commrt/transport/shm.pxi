@@ -333,6 +333,6 @@ cdef void shm_release(peer_t *p) noexcept nogil:
 
 
 cdef chan_ops_t SHM_OPS = chan_ops_t(
-    name=b"shm", remote=True, polled_fd=False, chunked=True, post=NULL, put=shm_put_now,
+    name=b"shm", remote=True, polled_fd=False, chunked=True, overtake=False, post=NULL, put=shm_put_now,
     flush=shm_flush, poll=shm_poll, on_event=shm_on_event, arm=shm_arm, pull=shm_pull,
     beat=shm_beat, beat_lockfree=True, heard=shm_heard, memory=shm_memory, unsent=NULL, release=shm_release)

@@ -172,6 +172,8 @@ cdef struct chan_ops_t:
     bint remote             # another process: says BYE, can be lost, beats
     bint polled_fd          # its data arrives on its fd: waiters poll the fd set every pass
     bint chunked            # DATA of a large message goes in ring-sized chunks
+    bint overtake           # replies (CTS, FIN, CREDIT, BEAT) go ahead of queued frames
+                            # not yet started, so a reply never waits behind bulk DATA
     chan_post_fn post       # takes a whole send itself (self: straight to the own queues)
     chan_put_fn put         # write one frame now if it fits (NULL: always queue and flush)
     chan_flush_fn flush     # hand queued frames to the channel, as many as fit
@@ -208,6 +210,7 @@ cdef struct frame_t:    # something queued for a peer's channel
     req_t *req          # completed when the frame is fully handed over (sends)
     bint owns_payload
     bint chunked        # shm DATA: cut into ring-sized chunks
+    bint reply          # a control reply queued ahead of bulk frames (chan_ops_t.overtake)
     req_t *owner        # held for credit: the send it carries (EAGER or RTS)
     frame_t *next
 
