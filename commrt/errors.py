@@ -67,6 +67,7 @@ class PeerLostError(TransportError):
         self.rank = rank
         self.op = op
         self.tag = tag
+        self.detail = detail
         where = f" during {op}" if op else ""
         where += f" (tag {tag})" if tag is not None else ""
         msg = f"lost peer rank {rank}{where}"
@@ -95,6 +96,7 @@ class CommTimeoutError(CommError, TimeoutError):
 
     def __init__(self, op, peer=None, tag=None, timeout=None, detail=""):
         self.op, self.peer, self.tag, self.timeout = op, peer, tag, timeout
+        self.detail = detail
         msg = f"{op} timed out"
         if timeout is not None:
             msg += f" after {timeout:g} s"
@@ -157,6 +159,27 @@ class StoreError(CommError, RuntimeError):
 
 class BootstrapError(CommError, RuntimeError):
     """commrt.init() could not build the world from the environment."""
+
+
+def renumbered(exc, members):
+    """exc, raised on a communicator whose rank i is rank members[i] of another
+    (an algorithm's derived communicator inside a collective): the same error
+    naming the other's ranks, so the culprit a rank reports and aborts with is
+    the user's rank.  exc itself where it names no rank."""
+    def up(r):
+        return members[r] if r is not None and 0 <= r < len(members) else r
+
+    if isinstance(exc, PeerLostError):
+        new = type(exc)(up(exc.rank), exc.detail, op=exc.op, tag=exc.tag)
+    elif isinstance(exc, CommTimeoutError) and exc.peer is not None:
+        new = CommTimeoutError(exc.op, up(exc.peer), exc.tag, exc.timeout, exc.detail)
+    elif isinstance(exc, AbortedError) and (exc.rank is not None or exc.origin is not None):
+        new = type(exc)(exc.reason, exc.code, up(exc.rank), up(exc.origin))
+    else:
+        return exc
+    if getattr(exc, "origin", None) is not None:
+        new.origin = up(exc.origin)
+    return new
 
 
 def error_for(code, reason, rank=None, origin=None, op=None):

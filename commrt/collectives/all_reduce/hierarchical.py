@@ -14,9 +14,11 @@ Cost: 2·ceil(log2 L)·(α_shm + K·β_shm) + ceil(log2 L)·K·γ
 Only the leaders' K·2(H-1)/H bytes cross the network (instead of every
 rank's); bytes inside a host are as for reduce_bcast.
 """
+import contextlib
 import math
 
 from commrt.collectives.call import Call
+from commrt.errors import CommError, renumbered
 from commrt.collectives.all_reduce import ring
 from commrt.collectives.broadcast import binomial as bcast_binomial
 from commrt.collectives.broadcast import pipeline as bcast_pipeline
@@ -104,21 +106,42 @@ def run(call, buf, red):
     if call.size == 1:
         return
     local, leaders = communicators(call)
+    groups = host_groups(call.comm)
+    mine = next(g for g in groups if call.rank in g)
     kw = dict(count=call.count, dtype=call.dtype, op=call.op, timeout=call.timeout)
     if local.size > 1:
-        sub = Call(local, "reduce", algo="binomial", label=f"{call.name} (its host reduce)", **kw)
-        sub.start()
-        reduce_binomial.reduce_to(sub, buf, 0, red, acc=buf)
-        sub.end()
+        with _in_parent_ranks(mine):
+            sub = Call(local, "reduce", algo="binomial", label=f"{call.name} (its host reduce)",
+                       **kw)
+            sub.start()
+            reduce_binomial.reduce_to(sub, buf, 0, red, acc=buf)
+            sub.end()
     if leaders is not None and leaders.size > 1:
-        sub = Call(leaders, "all_reduce", algo="ring", label=f"{call.name} (its leaders' ring)",
-                   **kw)
-        sub.start()
-        ring.run(sub, buf, red)
-        sub.end()
+        with _in_parent_ranks([g[0] for g in groups]):
+            sub = Call(leaders, "all_reduce", algo="ring",
+                       label=f"{call.name} (its leaders' ring)", **kw)
+            sub.start()
+            ring.run(sub, buf, red)
+            sub.end()
     if local.size > 1:
         algo = broadcast_algo(buf.nbytes)
-        sub = Call(local, "broadcast", algo=algo, label=f"{call.name} (its host broadcast)", **kw)
-        sub.start()
-        (bcast_pipeline if algo == "pipeline" else bcast_binomial).run(sub, buf, 0)
-        sub.end()
+        with _in_parent_ranks(mine):
+            sub = Call(local, "broadcast", algo=algo, label=f"{call.name} (its host broadcast)",
+                       **kw)
+            sub.start()
+            (bcast_pipeline if algo == "pipeline" else bcast_binomial).run(sub, buf, 0)
+            sub.end()
+
+
+@contextlib.contextmanager
+def _in_parent_ranks(members):
+    """A step on a derived communicator whose rank i is the call's rank members[i]:
+    its errors name the call's ranks (a lost leader is the user's rank 3, not the
+    leaders' rank 1), so the culprit this rank reports and aborts with is right."""
+    try:
+        yield
+    except CommError as exc:
+        new = renumbered(exc, members)
+        if new is exc:
+            raise
+        raise new from exc
