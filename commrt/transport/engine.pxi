@@ -114,25 +114,6 @@ cdef inline void flush(eng_t *E, peer_t *p) noexcept nogil:
     p.ops.flush(E, p)
 
 
-cdef bint enqueue(eng_t *E, peer_t *p, hdr_t *h, char *payload, uint64_t plen,
-                  req_t *r, bint owns, bint chunked) noexcept nogil:
-    cdef frame_t *f = <frame_t *>calloc(1, sizeof(frame_t))
-    if f == NULL:
-        return False
-    memcpy(&f.h, h, sizeof(hdr_t))
-    f.payload = payload
-    f.len = plen
-    f.req = r
-    f.owns_payload = owns
-    f.chunked = chunked
-    if p.txq_tail != NULL:
-        p.txq_tail.next = f
-    else:
-        p.txq = f
-    p.txq_tail = f
-    return True
-
-
 cdef void insert_reply(peer_t *p, frame_t *f) noexcept nogil:
     """Queue a control reply ahead of every frame not yet started, behind the
     replies already queued (they keep their order).  Only where the channel
@@ -161,6 +142,28 @@ cdef inline bint is_reply(int opcode) noexcept nogil:
     return opcode == OP_CTS or opcode == OP_FIN or opcode == OP_CREDIT or opcode == OP_BEAT
 
 
+cdef bint enqueue(eng_t *E, peer_t *p, hdr_t *h, char *payload, uint64_t plen,
+                  req_t *r, bint owns, bint chunked) noexcept nogil:
+    cdef frame_t *f = <frame_t *>calloc(1, sizeof(frame_t))
+    if f == NULL:
+        return False
+    memcpy(&f.h, h, sizeof(hdr_t))
+    f.payload = payload
+    f.len = plen
+    f.req = r
+    f.owns_payload = owns
+    f.chunked = chunked
+    if p.ops.overtake and is_reply(h.opcode):
+        insert_reply(p, f)
+    elif p.txq_tail != NULL:
+        p.txq_tail.next = f
+        p.txq_tail = f
+    else:
+        p.txq = f
+        p.txq_tail = f
+    return True
+
+
 cdef inline void init_hdr(eng_t *E, hdr_t *h, int opcode, uint32_t ctx, int tag) noexcept nogil:
     memset(h, 0, sizeof(hdr_t))
     h.magic = HDR_MAGIC
@@ -174,21 +177,13 @@ cdef inline void init_hdr(eng_t *E, hdr_t *h, int opcode, uint32_t ctx, int tag)
 cdef void send_ctrl(eng_t *E, peer_t *p, int opcode, uint32_t ctx, uint64_t cookie,
                     uint64_t addr, uint64_t meta) noexcept nogil:
     cdef hdr_t h
-    cdef frame_t *f
     if p.lost:
         return
     init_hdr(E, &h, opcode, ctx, 0)
     h.cookie = cookie
     h.addr = addr
     h.meta = meta
-    if p.ops.overtake and is_reply(opcode) and p.txq != NULL:
-        f = <frame_t *>calloc(1, sizeof(frame_t))
-        if f == NULL:
-            peer_lost(E, p, E_PEER_LOST, b"out of memory queueing a control frame")
-            return
-        memcpy(&f.h, &h, sizeof(hdr_t))
-        insert_reply(p, f)
-    elif not enqueue(E, p, &h, NULL, 0, NULL, False, False):
+    if not enqueue(E, p, &h, NULL, 0, NULL, False, False):
         peer_lost(E, p, E_PEER_LOST, b"out of memory queueing a control frame")
         return
     flush(E, p)
