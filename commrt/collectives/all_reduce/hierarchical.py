@@ -90,24 +90,24 @@ def schedule(n, rank, count, root=0, itemsize=4, groups=None):
 
 
 def communicators(call):
-    """(host communicator, leaders' communicator or None), derived once per communicator."""
+    """(host communicator, its members, leaders' communicator or None, its members),
+    derived once per communicator; members are the call's ranks of each one's ranks."""
     comm = call.comm
     cached = call.state.cache.get("hierarchical")
     if cached is None:
         groups = host_groups(comm)
         mine = next(g for g in groups if comm.rank in g)
+        heads = [g[0] for g in groups]
         local = comm.channel.derive(mine, ("hierarchical-host", mine[0]))
-        leaders = comm.channel.derive([g[0] for g in groups], ("hierarchical-leaders",))
-        cached = call.state.cache["hierarchical"] = (local, leaders)
+        leaders = comm.channel.derive(heads, ("hierarchical-leaders",))
+        cached = call.state.cache["hierarchical"] = (local, mine, leaders, heads)
     return cached
 
 
 def run(call, buf, red):
     if call.size == 1:
         return
-    local, leaders = communicators(call)
-    groups = host_groups(call.comm)
-    mine = next(g for g in groups if call.rank in g)
+    local, mine, leaders, heads = communicators(call)
     kw = dict(count=call.count, dtype=call.dtype, op=call.op, timeout=call.timeout)
     if local.size > 1:
         with _in_parent_ranks(mine):
@@ -117,7 +117,7 @@ def run(call, buf, red):
             reduce_binomial.reduce_to(sub, buf, 0, red, acc=buf)
             sub.end()
     if leaders is not None and leaders.size > 1:
-        with _in_parent_ranks([g[0] for g in groups]):
+        with _in_parent_ranks(heads):
             sub = Call(leaders, "all_reduce", algo="ring",
                        label=f"{call.name} (its leaders' ring)", **kw)
             sub.start()
