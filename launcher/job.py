@@ -22,6 +22,7 @@ again from the start, as a new Job (a fresh store and secret, so nothing of
 the failed attempt is seen), with COMMRT_RESTART_COUNT and
 TORCHELASTIC_RESTART_COUNT one higher; --timeout bounds all attempts.
 """
+import collections
 import ctypes
 import os
 import re
@@ -50,6 +51,11 @@ _BLAMES = (
 )
 _DRAIN_S = 1.0           # after the last rank exits, wait this long for its pipes to close
 _BLAME_WAIT_S = 0.5      # how long a lost peer's own exit may lag behind its victims'
+# A rank that reports an unresponsive peer which has not ended opens a window for the
+# other ranks' reports (a cut link makes ranks on both sides accuse each other, and the
+# ones cut off may report first): two heartbeats, as ranks check liveness once a beat
+# and their clocks of the last beat heard differ by up to one; at most this long.
+_VERDICT_WINDOW_MAX_S = 1.5
 _LAUNCHER_KNOBS = ("COMMRT_",)  # forwarded to remote ranks from our own environment
 
 
@@ -118,6 +124,11 @@ class Job:
         self.failed = None          # the first rank that failed: the root cause
         self.failed_how = None      # how it failed, when it did not end (stopped, silent)
         self.liveness_s = _liveness_timeout(spec.env)   # a rank stopped this long is the cause
+        self.verdict_window_s = min(2 * _knob(spec.env, "COMMRT_HEARTBEAT_S"),
+                                    _VERDICT_WINDOW_MAX_S)
+        self.verdict_at = None      # when to judge an unresponsive rank, once reported
+        self.accused_order = []     # accused ranks, in the order their accusations were read
+        self.first_silent = None    # the unresponsive rank the first report named
         self.stop_reason = None     # why we are stopping, if we are
         self.exit_code = 0
         self.kill_at = None
@@ -345,7 +356,8 @@ class Job:
     def _next_wait(self, now, deadline, drain_until, start_by=None):
         wait = 1.0  # also a safety net should a SIGCHLD be missed
         for t in (deadline if self.stop_reason is None else None, self.kill_at, drain_until,
-                  start_by if self.stop_reason is None else None):
+                  start_by if self.stop_reason is None else None,
+                  self.verdict_at if self.stop_reason is None else None):
             if t is not None:
                 wait = min(wait, max(t - now, 0.0))
         return wait
@@ -406,23 +418,33 @@ class Job:
             r.returncode = r.proc.returncode
             self._kill_group(r, signal.SIGKILL)  # whatever the rank left behind
             self._drain(sel, r)  # its last words, before we judge who failed first
+        if self.failed is not None or self.stop_reason is not None:
+            return
+        if self.verdict_at is not None:         # collecting the ranks' accusations
+            self._judge_unresponsive()
+            return
         failures = [r for r in ended if r.returncode != 0]
-        if failures and self.failed is None and self.stop_reason is None:
-            silent = self._unresponsive_peer(failures)
-            if silent is not None:                  # the cause is alive, stopped or cut off
-                self._blame_unresponsive(*silent)
+        if not failures:
+            return
+        silent = self._unresponsive_peer(failures)
+        if silent is not None:                  # the cause is alive, stopped or cut off
+            if _proc_state(silent) == "T":      # a stopped process is the cause outright
+                self._blame_unresponsive(silent, self._accusers(silent.rank))
                 return
-            failures += self._blamed_peers(sel, failures)
-            r = self.failed = self._root_cause(failures)
-            code = r.returncode if r.returncode > 0 else 128 - r.returncode
-            self._stop(f"rank {r.rank} {describe_exit(r.returncode)}", signal.SIGTERM, code=code)
+            self.verdict_at = time.monotonic() + self.verdict_window_s
+            self.first_silent = silent.rank
+            self._judge_unresponsive()
+            return
+        failures += self._blamed_peers(sel, failures)
+        r = self.failed = self._root_cause(failures)
+        code = r.returncode if r.returncode > 0 else 128 - r.returncode
+        self._stop(f"rank {r.rank} {describe_exit(r.returncode)}", signal.SIGTERM, code=code)
 
     def _unresponsive_peer(self, failures):
         """A rank the failed ones lost that has not ended: stopped (its process is
-        in state T) or reported unresponsive (no heartbeat).  (rank, reporters).
-        A cut link makes both sides report the other: the rank most failed ranks
-        lost is the one cut off (a stopped process wins outright)."""
-        found = {}                      # peer rank -> reporters, in the order seen
+        in state T) or reported unresponsive (no heartbeat); None if there is none.
+        A stopped one comes first."""
+        found = []
         for r in failures:
             for line in self.router.tail(r.rank):
                 blame = blamed_rank(line)
@@ -432,20 +454,53 @@ class Job:
                 if peer is r or peer.returncode is not None or peer.proc.poll() is not None:
                     continue
                 if blame[0] == "PeerUnresponsiveError" or _proc_state(peer) == "T":
-                    found.setdefault(peer.rank, [])
-        if not found:
-            return None
-        for q in failures:
-            named = {(blamed_rank(t) or (None, None))[1] for t in self.router.tail(q.rank)}
-            for rank in found:
-                if rank in named:
-                    found[rank].append(q.rank)
+                    found.append(peer)
+        stopped = [p for p in found if _proc_state(p) == "T"]
+        return (stopped or found or [None])[0]
 
-        def weight(rank):
-            return (_proc_state(self.ranks[rank]) == "T", len(found[rank]))
+    def _accusations(self):
+        """{rank: (error class, rank it blames)} from the last blaming line of each
+        rank's stderr (the error it ended or is ending with), ended or not."""
+        out = {}
+        for r in self.ranks:
+            for line in reversed(self.router.tail(r.rank)):
+                blame = blamed_rank(line)
+                if blame and blame[1] < len(self.ranks) and blame[1] != r.rank:
+                    out[r.rank] = blame
+                    if blame[1] not in self.accused_order:
+                        self.accused_order.append(blame[1])
+                    break
+        return out
 
-        best = max(found, key=weight)   # max keeps the first seen among equals
-        return self.ranks[best], found[best]
+    def _accusers(self, rank):
+        return sorted(q for q, (_, accused) in self._accusations().items() if accused == rank)
+
+    def _judge_unresponsive(self):
+        """Within the verdict window: name the cut-off or frozen rank once every rank
+        has ended (a running rank's report may be half written: a chained traceback
+        names the rank that told it before the culprit), a rank's process is seen
+        stopped, or the window has passed; until then, wait."""
+        stopped = {r.rank for r in self.ranks if r.returncode is None and _proc_state(r) == "T"}
+        if not (stopped or not self._alive() or time.monotonic() >= self.verdict_at):
+            return
+        accusations = self._accusations()
+        self.verdict_at = None
+        remote = {r.rank for r in self.ranks if r.remote}
+        best = cut_off_rank({q: a for q, (_, a) in accusations.items()}, self.accused_order,
+                            stopped, remote)
+        if best is None:                        # the accusation scrolled out of the tails
+            best = self.accused_order[0] if self.accused_order else self.first_silent
+        peer = self.ranks[best]
+        silent = any(kind == "PeerUnresponsiveError" and a == best
+                     for kind, a in accusations.values())
+        if peer.returncode is not None and peer.returncode != 0 and not silent:
+            # the evidence names a rank that ended by itself (it crashed meanwhile)
+            self.failed = peer
+            code = peer.returncode if peer.returncode > 0 else 128 - peer.returncode
+            self._stop(f"rank {peer.rank} {describe_exit(peer.returncode)}", signal.SIGTERM,
+                       code=code)
+            return
+        self._blame_unresponsive(peer, self._accusers(best))
 
     def _blame_unresponsive(self, peer, reporters, stopped_s=None):
         """Stop the job naming a rank that stopped running without ending."""
@@ -601,13 +656,40 @@ class LaunchError(RuntimeError):
 
 def _liveness_timeout(env):
     """COMMRT_LIVENESS_TIMEOUT_S as the ranks will see it (the job's -x/env first)."""
+    return _knob(env, "COMMRT_LIVENESS_TIMEOUT_S")
+
+
+def _knob(env, name):
+    """A float knob as the ranks will see it: the job's -x/env first, then ours."""
     from commrt import config
 
-    text = env.get("COMMRT_LIVENESS_TIMEOUT_S")
+    text = env.get(name)
     try:
-        return float(text) if text else config.get("COMMRT_LIVENESS_TIMEOUT_S")
+        value = float(text) if text else config.get(name)
     except ValueError:
-        return config.KNOBS["COMMRT_LIVENESS_TIMEOUT_S"].default
+        return config.KNOBS[name].default
+    return value
+
+
+def cut_off_rank(accusations, order=(), stopped=(), remote=()):
+    """The rank to blame when ranks accuse ranks that have not ended: accusations
+    {accuser: accused}.  A stopped process wins outright; then the rank accused by
+    the most ranks that nobody accuses (a rank cut off from the others accuses
+    them back, so its own accusations, and theirs of it, weigh nothing against the
+    rest); then by the most ranks of all; then a rank on another host than the
+    launcher's; then the one accused first (``order``).  A cut between two ranks
+    alone is symmetric: the last two rules decide it."""
+    accused = set(accusations.values())
+    credible = collections.Counter(a for q, a in accusations.items() if q not in accused)
+    votes = collections.Counter(accusations.values())
+    first = {rank: i for i, rank in enumerate(order)}
+
+    def weight(rank):
+        return (rank in stopped, credible[rank], votes[rank], rank in remote,
+                -first.get(rank, len(first)))
+
+    candidates = sorted(accused | set(stopped))
+    return max(candidates, key=weight) if candidates else None
 
 
 def blamed_rank(line):

@@ -100,3 +100,50 @@ def test_abort_names_the_rank_that_aborted_not_the_first_to_exit(script):
     assert summary and summary[0].startswith("commrt-launch: rank 1 "), (prog, out.stderr)
     assert out.returncode == 3, out.stderr
     assert_no_orphans(script.pid_dir)
+
+
+def test_a_cut_off_rank_is_named_from_the_evidence_not_the_first_report():
+    """A link cut makes ranks on both sides accuse each other; the rank cut off
+    is the one accused by ranks that nobody accuses, however the reports came."""
+    from commrt.launcher.job import cut_off_rank
+    # rank 3 cut off: it accuses 0; 0 accuses 3; 1 and 2 were told by 0
+    assert cut_off_rank({3: 0, 0: 3, 1: 3, 2: 3}, order=[0, 3]) == 3
+    assert cut_off_rank({3: 0}, order=[0]) == 0       # only its word: nothing against it
+    assert cut_off_rank({3: 0, 0: 3}, order=[0, 3], stopped={0}) == 0   # stopped wins
+    # two hosts of two ranks, the link between them cut: 0, 1 accuse 2; 2, 3 accuse 0
+    assert cut_off_rank({0: 2, 1: 2, 2: 0, 3: 0}, order=[2, 0]) == 2    # a tie: first
+    assert cut_off_rank({0: 2, 1: 2, 2: 0, 3: 0}, order=[2, 0], remote={0}) == 0
+    # a frozen rank that says nothing, accused by all
+    assert cut_off_rank({0: 2, 1: 2, 3: 2}, order=[2]) == 2
+    assert cut_off_rank({}) is None
+
+
+CUT_OFF = """
+    from commrt.errors import PeerLostError, PeerUnresponsiveError
+    record_pid()
+    live = lambda pid: os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read() \\
+        .rsplit(")", 1)[1].split()[0] != "Z"
+    if RANK == 3:       # cut off: it misses its peers' heartbeats first and blames rank 0
+        raise PeerUnresponsiveError(0, "no heartbeat for 8.0 s", op="recv", tag=7)
+    while not os.path.exists(os.path.join(PIDS, "3")) or not open(os.path.join(PIDS, "3")).read():
+        time.sleep(0.005)
+    pid = int(open(os.path.join(PIDS, "3")).read())
+    while live(pid):
+        time.sleep(0.005)
+    time.sleep(0.2)     # its peers' liveness checks come up to a heartbeat later
+    if RANK == 0:
+        raise PeerUnresponsiveError(3, "no heartbeat for 8.0 s", op="recv", tag=7)
+    raise PeerLostError(3, "seen by rank 0: PeerUnresponsiveError")
+    """
+
+
+@pytest.mark.timeout(120)
+def test_the_first_rank_to_report_a_silent_peer_is_not_believed_alone(script):
+    """The rank cut off ends first, blaming a live peer: the launcher waits for the
+    other ranks' reports (docs/reliability.md, the verdict window) and names it."""
+    out = launch(["-n", "4", script(CUT_OFF)], timeout=100)
+    summary = [line for line in out.stderr.splitlines() if "commrt-launch: rank " in line]
+    assert summary and summary[0].startswith("commrt-launch: rank 3 "), out.stderr
+    assert "rank(s) 0, 1, 2 lost it" in summary[0], summary[0]
+    assert out.returncode == 1, out.stderr
+    assert_no_orphans(script.pid_dir)
