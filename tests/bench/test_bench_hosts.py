@@ -46,10 +46,37 @@ def test_only_an_openmpi_failure_becomes_a_gap():
     def crash(*_):
         raise _launch.RunFailed("mpirun across hosts: orted SIGSEGV\ntail of its output")
 
-    args = types.SimpleNamespace(ranks_per_host=2, timeout=1)
+    args = types.SimpleNamespace(ranks_per_host=2, timeout=1, mpi_retries=0)
     logged = []
     assert hosts._one_run("ompi", crash, None, args, {}, logged.append, "1gbit: round 2") is None
     assert logged == ["  1gbit: round 2: OpenMPI failed, recorded as a gap: "
                       "mpirun across hosts: orted SIGSEGV"]
     with pytest.raises(_launch.RunFailed):     # commrt's own failure ends the run
         hosts._one_run("commrt", crash, None, args, {}, logged.append, "1gbit: round 2")
+
+
+def test_a_failed_openmpi_job_is_run_again_before_it_is_a_gap():
+    from commrt.bench import _launch
+
+    calls = []
+
+    def flaky(*_):
+        calls.append(1)
+        if len(calls) < 3:
+            raise _launch.RunFailed("mpirun across hosts: failed to TCP connect")
+        return {"rows": []}
+
+    args = types.SimpleNamespace(ranks_per_host=2, timeout=1, mpi_retries=2)
+    logged = []
+    assert hosts._one_run("ompi", flaky, None, args, {}, logged.append, "1gbit: round 1") == \
+        {"rows": []}
+    assert len(calls) == 3
+    assert logged == [f"  1gbit: round 1: OpenMPI failed, trying again ({k} of 3): "
+                      "mpirun across hosts: failed to TCP connect" for k in (1, 2)]
+    calls.clear()
+    logged.clear()
+    args.mpi_retries = 1          # both tries fail (the third would pass): a gap
+    assert hosts._one_run("ompi", flaky, None, args, {}, logged.append, "1gbit: round 1") is None
+    assert len(calls) == 2
+    assert logged[-1] == ("  1gbit: round 1: OpenMPI failed, recorded as a gap: "
+                          "mpirun across hosts: failed to TCP connect")
