@@ -21,8 +21,16 @@ so that a burst of load from other jobs hits them alike.  The time of one
 collective is the median over slices of the slowest rank's average.
 commrt and Gloo ranks are bound to cores as mpirun binds OpenMPI's
 (``bind``).
+
+``counts`` in the spec adds to each row what a call cost its process
+(``getrusage`` around each timed slice, the busiest rank's, per call): user
+and system CPU in µs and voluntary (slept) and involuntary (preempted or
+yielded) context switches.  Where ranks outnumber cores that tells a waiter
+that yields the core too often, or falls asleep, from one that spends its
+time running code.
 """
 import os
+import resource
 import time
 
 import numpy as np
@@ -119,18 +127,39 @@ def _measure_kind(ops, spec, kind, algos, sizes):
             n = int(min(spec.get("max_iters", 2000), max(3, target / max(est, 1e-7))))
             iters[algo] = max(1, -(-n // slices))
         times = {algo: [] for algo in iters}
+        used = {algo: [0.0] * 4 for algo in iters}
+        counts = spec.get("counts")
         for _ in range(slices):  # algorithms take turns, so a burst of load hits them alike
             for algo, n in iters.items():
                 ops.barrier()
+                r0 = resource.getrusage(resource.RUSAGE_SELF) if counts else None
                 t0 = time.perf_counter()
                 for _ in range(n):
                     ops.run(kind, algo, out, buf)
-                times[algo].append(ops.agree((time.perf_counter() - t0) / n))
+                dt = time.perf_counter() - t0
+                if counts:
+                    _add_usage(used[algo], r0, resource.getrusage(resource.RUSAGE_SELF))
+                times[algo].append(ops.agree(dt / n))
         for algo, ts in times.items():
             ts.sort()
-            out_rows.append({"bytes": nbytes, "algo": algo, "time_s": ts[len(ts) // 2],
-                             "iters": iters[algo] * slices})
+            row = {"bytes": nbytes, "algo": algo, "time_s": ts[len(ts) // 2],
+                   "iters": iters[algo] * slices}
+            if counts:
+                calls = iters[algo] * slices
+                row["counts"] = {name: ops.agree(v / calls) for name, v in
+                                 zip(COUNTS, used[algo])}
+            out_rows.append(row)
     return out_rows
+
+
+COUNTS = ("usr_us", "sys_us", "vcs", "ivcs")    # per call: CPU µs, context switches
+
+
+def _add_usage(acc, r0, r1):
+    acc[0] += (r1.ru_utime - r0.ru_utime) * 1e6
+    acc[1] += (r1.ru_stime - r0.ru_stime) * 1e6
+    acc[2] += r1.ru_nvcsw - r0.ru_nvcsw
+    acc[3] += r1.ru_nivcsw - r0.ru_nivcsw
 
 
 # -- commrt (a World rank) ----------------------------------------------------------

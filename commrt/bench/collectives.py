@@ -3,7 +3,7 @@
     python -m commrt.bench collectives [--kinds broadcast,reduce,...|all]
         [--nranks 2,3,4,8] [--sizes 8,1K,64K,1M,16M,64M] [--algos auto|all|a,b]
         [--transport shm|tcp] [--rounds 3] [--peers] [--plot-dir docs/img]
-        [--markdown out.md] [--json out.json]
+        [--markdown out.md] [--json out.json] [--counts]
 
 For every world size, each round launches every backend once (commrt, with
 ``--peers`` mpi4py on OpenMPI with its default single-copy (CMA) and with it
@@ -20,8 +20,11 @@ choice's time over the best fixed one's).  ``--json`` is rewritten after
 every launch, so a run cut short keeps its samples.  ``--plot-dir`` writes
 ``collectives-<kind>.png`` (busbw, or time for the barrier, against size, a
 line per system, a panel per N); ``--markdown`` the tables as Markdown
-(docs/performance-collectives.md).  ``allreduce`` and the per-collective
-benchmark names run this with one collective.
+(docs/performance-collectives.md).  ``--counts`` adds a table of what a
+call cost each system's busiest rank (user and system CPU µs, voluntary and
+involuntary context switches per call, medians of the rounds; ``_coll``):
+where ranks outnumber cores, how the waiters share them.  ``allreduce`` and
+the per-collective benchmark names run this with one collective.
 """
 import argparse
 import json
@@ -61,13 +64,14 @@ def every_algorithm(kind):
     return names + ["auto"]
 
 
-def collect(args, log):
-    """{n: {kind: {(backend, algo): {bytes: [times]}}}}"""
+def collect(args, log, counts=None):
+    """{n: {kind: {(backend, algo): {bytes: [times]}}}}; with a dict as counts (and
+    --counts), it gets the same shape with a COUNTS dict per round for each time."""
     data = {}
     for n in args.nranks:
         per = data.setdefault(n, {k: {} for k in args.kinds})
         spec = {"kinds": args.kinds, "sizes": args.sizes, "target_s": args.target_s,
-                "slices": args.slices}
+                "slices": args.slices, "counts": counts is not None}
         mine = dict(spec, algos={k: algorithms(k, args.algos) for k in args.kinds})
         theirs = dict(spec, algos={k: ["default"] for k in args.kinds})
         jobs = [("commrt", lambda n=n: _peers.run_commrt(n, mine, args.transport, args.timeout))]
@@ -96,6 +100,9 @@ def collect(args, log):
                     key = (name, row["algo"])
                     per[row["kind"]].setdefault(key, {}).setdefault(row["bytes"], []).append(
                         row["time_s"])
+                    if counts is not None and "counts" in row:
+                        counts.setdefault(n, {}).setdefault(row["kind"], {}).setdefault(
+                            key, {}).setdefault(row["bytes"], []).append(row["counts"])
                 if args.json:               # a run cut short still leaves its samples
                     write_json(args.json, data)
     return data
@@ -164,6 +171,37 @@ def report(args, data, markdown=False):
             if rows_b:
                 out += _section(f"{kind}, N = {n}: busbw GB/s, median [min-max]",
                                 ["size"] + names, rows_b, markdown)
+    return "\n".join(out)
+
+
+def report_counts(args, counts, markdown=False):
+    """Per collective and N, a row per system: per call, the medians of the rounds of
+    the busiest rank's user and system CPU (µs) and context switches (voluntary,
+    involuntary)."""
+    from commrt.bench._coll import COUNTS
+
+    out = []
+    for kind in args.kinds:
+        for n, by_kind in counts.items():
+            per = by_kind.get(kind)
+            if not per:
+                continue
+            keys = sorted(per, key=lambda k: (k[0] != "commrt", k[0], k[1] != "auto", k[1]))
+            sizes = [0] if kind == "barrier" else args.sizes
+            rows = []
+            for key in keys:
+                name = key[0] if key[1] in ("auto", "default") else f"{key[0]}/{key[1]}"
+                for size in sizes:
+                    samples = per[key].get(size)
+                    if not samples:
+                        continue
+                    med = [Summary([c[f] for c in samples]).median for f in COUNTS]
+                    rows.append([name, fmt_size(size), f"{med[0]:.2f}", f"{med[1]:.2f}",
+                                 f"{med[2]:.2f}", f"{med[3]:.2f}"])
+            title = (f"{kind}, N = {n}: per call, the busiest rank, median of "
+                     f"{args.rounds} rounds")
+            out += _section(title, ["system", "size", "user µs", "sys µs", "slept",
+                                    "switched"], rows, markdown)
     return "\n".join(out)
 
 
@@ -240,6 +278,8 @@ def parse_args(argv, kinds=None):
     p.add_argument("--plot-dir", help="write collectives-<kind>.png here")
     p.add_argument("--markdown", help="write the tables as Markdown here")
     p.add_argument("--json", help="write the raw times here")
+    p.add_argument("--counts", action="store_true",
+                   help="also CPU time and context switches per call (getrusage)")
     args = p.parse_args(argv)
     args.kinds = list(KINDS) if args.kinds == "all" else args.kinds.split(",")
     bad = [k for k in args.kinds if k not in KINDS]
@@ -256,11 +296,16 @@ def main(argv, kinds=None):
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
-    data = collect(args, log)
+    counts = {} if args.counts else None
+    data = collect(args, log, counts)
     print(report(args, data))
+    if counts:
+        print(report_counts(args, counts))
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(report(args, data, markdown=True).lstrip() + "\n")
+            if counts:
+                f.write(report_counts(args, counts, markdown=True) + "\n")
         print(f"\nmarkdown: {args.markdown}")
     if args.plot_dir:
         for path in plot(args, data, args.plot_dir):

@@ -52,3 +52,33 @@ def test_allreduce_is_collectives_with_one_kind_and_every_algorithm():
     assert to([], kind="all_gather")[:2] == ["--kinds", "all_gather"]
     args = collectives.parse_args(to(["--kind", "reduce", "--nranks", "2", "--sizes", "8"]))
     assert args.kinds == ["reduce"] and args.algos == "all" and args.nranks == [2]
+
+
+@pytest.mark.timeout(300)
+def test_counts_give_cpu_and_switches_per_call():
+    spec = {"kinds": ["all_reduce", "barrier"], "sizes": [8], "target_s": 0.001, "slices": 2,
+            "algos": {"all_reduce": ["auto"], "barrier": ["auto"]}, "counts": True}
+    res = _peers.run_commrt(2, spec, "shm", 120)
+    for row in res["rows"]:
+        c = row["counts"]
+        assert set(c) == set(_coll.COUNTS)
+        assert all(v >= 0 for v in c.values()), c
+        # each call runs Python and the chain: some CPU per call, far below a second
+        assert 0 < c["usr_us"] + c["sys_us"] < 1e6, c
+    spec.pop("counts")
+    assert all("counts" not in row for row in _peers.run_commrt(2, spec, "shm", 120)["rows"])
+
+
+def test_counts_report_takes_medians_per_system():
+    args = types.SimpleNamespace(kinds=["all_reduce"], sizes=[8], rounds=3, transport="shm")
+    c = [{"usr_us": u, "sys_us": 1.0, "vcs": 0.0, "ivcs": 1.0} for u in (1.0, 2.0, 9.0)]
+    counts = {4: {"all_reduce": {("commrt", "auto"): {8: c},
+                                 ("ompi", "default"): {8: [dict(x, usr_us=0.5) for x in c]}}}}
+    md = collectives.report_counts(args, counts, markdown=True)
+    assert "| system | size | user µs | sys µs | slept | switched |" in md
+    assert "| commrt | 8 B | 2.00 | 1.00 | 0.00 | 1.00 |" in md, md
+    assert "| ompi | 8 B | 0.50 | 1.00 | 0.00 | 1.00 |" in md, md
+    text = collectives.report_counts(args, counts)
+    assert text.index("commrt") < text.index("ompi")
+    args2 = collectives.parse_args(["--counts", "--nranks", "4"])
+    assert args2.counts and not collectives.parse_args([]).counts
