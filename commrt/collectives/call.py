@@ -257,8 +257,13 @@ class Call:
             self.wait(rv)
         return done
 
-    def wait_sends(self):
-        sends, self.sends = self.sends, []
+    def wait_sends(self, first=None):
+        """Wait for the sends posted so far (or for the first `first` of them; the
+        later ones stay to be waited for by end())."""
+        if first is None:
+            sends, self.sends = self.sends, []
+        else:
+            sends, self.sends = self.sends[:first], self.sends[first:]
         for req in sends:
             self._wait_req(req, None)
 

@@ -9,9 +9,14 @@ left = r-1, all mod N):
      combined and sent on as soon as it arrives, so reducing one segment
      overlaps moving the next; combines that land in place are all posted
      up front, otherwise segments land in a few scratch slots in cache.
-  2. rank r now holds chunk r+1 fully reduced.
+  2. rank r now holds chunk r+1 fully reduced: each of its segments is sent
+     to the right as soon as its last combine is done, still inside step 1,
+     so the all-gather's first bytes follow the reduce-scatter's last ones on
+     the link with no pause (waiting for the whole reduce-scatter first left
+     the link idle for a round trip: at N = 2 over TCP, half of the work).
   3. all-gather, N-1 steps: rank r sends chunk r+1-s, receives chunk r-s
-     straight into its buffer, and forwards each segment as it lands.
+     straight into its buffer (posted once the reduce-scatter's sends, which
+     read those chunks, are done), and forwards each segment as it lands.
 Every chunk is reduced by exactly one rank, so all ranks end bitwise equal.
 
 Cost: 2(N-1)·α + 2·(N-1)/N·K·β + (N-1)/N·K·γ  (bandwidth-optimal; latency
@@ -43,19 +48,17 @@ def cost(n, nbytes, p, comm=None):
 
 
 def schedule(n, rank, count, root=0, itemsize=4):
-    """The in-place ring reduce-scatter's steps, then the all-gather's: the first
-    sends chunk r+1's segments and receives the first incoming one, each later
-    step forwards the segment just received (but the last chunk's) and receives
-    the next (positions in buf)."""
+    """The in-place ring reduce-scatter's steps, each segment of chunk r+1 sent on
+    as its last combine is done, then the all-gather's: each step receives a
+    segment and forwards the one just received (but the last chunk's)
+    (positions in buf)."""
     if n == 1:
         return []
     r = rank
     right, left = (r + 1) % n, (r - 1) % n
-    steps = ring_rs.in_place_schedule(n, r, count, itemsize)
+    steps = ring_rs.in_place_schedule(n, r, count, itemsize, send_own=True)
     b = bounds(count, n)
     seg = seg_elems(itemsize)
-    own = (r + 1) % n
-    steps.append([Msg("send", right, lo, hi) for lo, hi in segments(b[own], b[own + 1], seg)])
     for s in range(n - 1):
         c = (r - s) % n
         for lo, hi in segments(b[c], b[c + 1], seg):
@@ -73,20 +76,23 @@ def run(call, buf, red):
     right, left = (r + 1) % n_ranks, (r - 1) % n_ranks
     seg = seg_elems(buf.itemsize)
 
-    # 1. reduce-scatter
-    b = ring_rs.in_place(call, buf, red)
+    # 1. reduce-scatter; 2. each segment of chunk r+1 goes right once complete
+    rs_sends = []
+
+    def send_own(lo, hi):
+        if not rs_sends:
+            rs_sends.append(len(call.sends))    # every send before it is the reduce-scatter's
+        call.isend(buf[lo:hi], right)
+
+    b = ring_rs.in_place(call, buf, red, on_own=send_own)
 
     def pieces(c):
         return segments(b[c], b[c + 1], seg)
 
-    # 2. chunk r+1 is complete here
-    own = (r + 1) % n_ranks
-    # 3. all-gather: receives land in chunks whose sends must have completed
-    call.wait_sends()
+    # 3. all-gather: receives land in chunks the reduce-scatter's sends read
+    call.wait_sends(rs_sends[0] if rs_sends else None)
     posted = [[(lo, hi, call.irecv(buf[lo:hi], left)) for lo, hi in pieces((r - s) % n_ranks)]
               for s in range(n_ranks - 1)]
-    for lo, hi in pieces(own):
-        call.isend(buf[lo:hi], right)
     for s in range(n_ranks - 1):
         fwd = s < n_ranks - 2
         for lo, hi, rv in posted[s]:

@@ -15,7 +15,10 @@ in_place (buf holds the result; chunk c = c-th of N near-equal parts)
   reduction combines as messages land (Reduction.lands) every receive is
   posted up front; otherwise segments land in a few segment-sized scratch
   slots (SLOTS) that stay in cache, each re-posted once reduced from.
-  Afterwards rank r holds chunk r+1 fully reduced.
+  Afterwards rank r holds chunk r+1 fully reduced.  A caller may take each
+  segment of it as soon as its last combine is done (``on_own``: the ring
+  all-reduce sends it on at once, so its all-gather follows the
+  reduce-scatter on the link without a pause between the two).
   Cost: (N-1)·(α + K/N·β + K/N·γ).  Bytes sent per rank: K - |chunk r+1|.
 """
 import collections
@@ -64,10 +67,11 @@ def schedule(n, rank, count, root=0, itemsize=4):
     return steps
 
 
-def in_place_schedule(n, rank, count, itemsize=4):
+def in_place_schedule(n, rank, count, itemsize=4, send_own=False):
     """in_place's messages (chunk c of N near-equal parts of the buffer): the first
     step sends chunk r and combines the first incoming segment; each later one
-    sends on the segment just combined (but the last step's) and combines the next."""
+    sends on the segment just combined (but the last step's: with send_own, as
+    in the ring all-reduce, those go right too) and combines the next."""
     r = rank
     right, left = (r + 1) % n, (r - 1) % n
     b = bounds(count, n)
@@ -77,7 +81,7 @@ def in_place_schedule(n, rank, count, itemsize=4):
         c = (r - s - 1) % n
         for lo, hi in segments(b[c], b[c + 1], seg):
             steps[-1].append(Msg("combine", left, lo, hi))
-            steps.append([Msg("send", right, lo, hi)] if s < n - 2 else [])
+            steps.append([Msg("send", right, lo, hi)] if s < n - 2 or send_own else [])
     if not steps[-1]:
         steps.pop()
     return steps
@@ -119,9 +123,11 @@ def run(call, out, buf, red):
                 call.isend(t[lo:hi], right)
 
 
-def in_place(call, buf, red):
+def in_place(call, buf, red, on_own=None):
     """The in-place ring reduce-scatter (see the module text); returns the chunk
-    bounds.  Rank r ends holding chunk (r+1) mod N of buf fully reduced."""
+    bounds.  Rank r ends holding chunk (r+1) mod N of buf fully reduced;
+    on_own(lo, hi) is called with each segment of it as soon as it is (after
+    every send of the reduce-scatter has been posted)."""
     n, r = call.size, call.rank
     right, left = (r + 1) % n, (r - 1) % n
     b = bounds(buf.size, n)
@@ -148,6 +154,8 @@ def in_place(call, buf, red):
         call.wait_combine(cb)
         if s < n - 2:
             call.isend(buf[lo:hi], right)
+        elif on_own is not None:
+            on_own(lo, hi)
         if nxt < len(incoming):        # the slot just reduced from is free again
             post(nxt)
             nxt += 1
