@@ -122,8 +122,10 @@ def test_subgroups_are_built_by_members_alone(n):
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("n,model", [(2, "mlp"), (2, "cnn"), (3, "mlp"), (4, "mlp")])
+@pytest.mark.parametrize("n,model", [(2, "cnn"), (3, "cnn")])
 def test_ddp_reaches_gloos_parameters(n, model):
+    """The CNN here; the MLP at N = 2, 3, 4 is test_torch_launchers.py's (the same
+    model and seeds, under torchrun and commrt-launch)."""
     ours = run(R.ddp_train, n, "commrt", 3, model, timeout=300)
     gloo = run(R.ddp_train, n, "gloo", 3, model, timeout=300)
     for rank in range(n):
