@@ -28,6 +28,11 @@ and system CPU in µs and voluntary (slept) and involuntary (preempted or
 yielded) context switches.  Where ranks outnumber cores that tells a waiter
 that yields the core too often, or falls asleep, from one that spends its
 time running code.
+
+``wire`` in the spec (a ``/sys/class/net/IFNAME/statistics`` directory) adds
+the interface's bytes sent and received per call, read around each timed
+slice; on hosts whose ranks share the interface that is the host's traffic,
+the busiest host's (bench hosts --wire).
 """
 import os
 import resource
@@ -110,6 +115,15 @@ def _measure(ops, spec):
     return {"rank": ops.rank, "size": ops.size, "rows": rows}
 
 
+def wire_bytes(path):
+    """(sent, received) bytes so far of the network interface whose statistics
+    directory is path (``/sys/class/net/IFNAME/statistics``)."""
+    with open(os.path.join(path, "tx_bytes")) as f:
+        tx = int(f.read())
+    with open(os.path.join(path, "rx_bytes")) as f:
+        return tx, int(f.read())
+
+
 def _measure_kind(ops, spec, kind, algos, sizes):
     target = spec.get("target_s", 0.1)
     slices = max(1, spec.get("slices", SLICES))
@@ -129,14 +143,21 @@ def _measure_kind(ops, spec, kind, algos, sizes):
         times = {algo: [] for algo in iters}
         used = {algo: [0.0] * 4 for algo in iters}
         counts = spec.get("counts")
+        wire = spec.get("wire")
+        wired = {algo: [0, 0] for algo in iters}
         for _ in range(slices):  # algorithms take turns, so a burst of load hits them alike
             for algo, n in iters.items():
                 ops.barrier()
                 r0 = resource.getrusage(resource.RUSAGE_SELF) if counts else None
+                w0 = wire_bytes(wire) if wire else None
                 t0 = time.perf_counter()
                 for _ in range(n):
                     ops.run(kind, algo, out, buf)
                 dt = time.perf_counter() - t0
+                if wire:
+                    w1 = wire_bytes(wire)
+                    wired[algo][0] += w1[0] - w0[0]
+                    wired[algo][1] += w1[1] - w0[1]
                 if counts:
                     _add_usage(used[algo], r0, resource.getrusage(resource.RUSAGE_SELF))
                 times[algo].append(ops.agree(dt / n))
@@ -144,10 +165,15 @@ def _measure_kind(ops, spec, kind, algos, sizes):
             ts.sort()
             row = {"bytes": nbytes, "algo": algo, "time_s": ts[len(ts) // 2],
                    "iters": iters[algo] * slices}
+            calls = iters[algo] * slices
             if counts:
-                calls = iters[algo] * slices
                 row["counts"] = {name: ops.agree(v / calls) for name, v in
                                  zip(COUNTS, used[algo])}
+            if wire:
+                # the interface is the host's: its ranks read the same counters, and
+                # the largest over ranks is the busiest host's
+                row["wire"] = {"tx": ops.agree(wired[algo][0] / calls),
+                               "rx": ops.agree(wired[algo][1] / calls)}
             out_rows.append(row)
     return out_rows
 

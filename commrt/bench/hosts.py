@@ -3,7 +3,7 @@
     python -m commrt.bench hosts [--hosts 2] [--ranks-per-host 2]
         [--rates 1gbit,10gbit] [--sizes 64K,1M,16M,64M]
         [--algos ring,rabenseifner,tree,dbtree,hierarchical,auto] [--mpi] [--mpi-retries 2]
-        [--rounds 3] [--mtu 9000] [--json out.json]
+        [--wire] [--rounds 3] [--mtu 9000] [--json out.json]
 
 For each link rate (``tc qdisc ... tbf rate RATE``, both directions of every
 host's link; see commrt/bench/_netns.py) and round: one commrt job of
@@ -16,7 +16,10 @@ mpi4py's Allreduce under OpenMPI's ``mpirun`` across the same namespaces
 (``plm_rsh_agent`` an ``ip netns exec`` wrapper, ``btl_tcp_if_include``
 the link; OpenMPI's own defaults: shared memory inside a host, TCP between);
 a failed mpirun is run again (--mpi-retries) before its round becomes a gap.
-Reports per rate the median time and busbw per (size, algorithm), auto/best
+With ``--wire`` every rank also reads its host's link counters around each
+timed slice (/sys/class/net/cmrt0/statistics, outside the timed loop) and
+the report adds the bytes each call put on the busiest host's link, each
+way.  Reports per rate the median time and busbw per (size, algorithm), auto/best
 (target <= 1.10), hierarchical/ring and, with --mpi, commrt's best/OpenMPI.
 Needs root and iproute2; the namespaces are removed afterwards.
 """
@@ -33,8 +36,11 @@ DEFAULT_ALGOS = "ring,rabenseifner,tree,dbtree,hierarchical,auto"
 
 
 def _spec(args):
-    return {"kind": "all_reduce", "sizes": [parse_size(s) for s in args.sizes.split(",")],
+    spec = {"kind": "all_reduce", "sizes": [parse_size(s) for s in args.sizes.split(",")],
             "algos": args.algos.split(","), "target_s": args.target_s, "slices": args.slices}
+    if getattr(args, "wire", False):
+        spec["wire"] = f"/sys/class/net/{_netns.IFNAME}/statistics"
+    return spec
 
 
 def run_commrt(hosts, local, spec, tmp, timeout):
@@ -133,6 +139,9 @@ def record(data, rate, label, res, sizes):
     for row in res["rows"]:
         algo = "ompi" if label == "ompi" else row["algo"]
         data.setdefault((rate, algo, row["bytes"]), []).append(row["time_s"])
+        if "wire" in row:
+            data.setdefault(("wire", rate, algo, row["bytes"]), []).append(
+                (row["wire"]["tx"], row["wire"]["rx"]))
 
 
 def _times(v):
@@ -145,6 +154,13 @@ def _ratio_cell(data, rate, size, num, den):
     return Summary(pairs).cell() if pairs else "n/a"
 
 
+def _wire_cell(v):
+    if not v:
+        return "n/a"
+    tx, rx = sorted(x[0] for x in v), sorted(x[1] for x in v)
+    return f"{tx[len(tx) // 2] / 2**20:.2f} / {rx[len(rx) // 2] / 2**20:.2f} MiB"
+
+
 def failed_rounds(data, rate):
     """How many OpenMPI rounds at this rate failed (gaps recorded by record)."""
     v = next((v for k, v in data.items() if k[0] == rate and k[1] == "ompi"), [])
@@ -155,6 +171,8 @@ def report(args, data):
     n = args.hosts * args.ranks_per_host
     factor = 2 * (n - 1) / n
     lines = []
+    wire = {k[1:]: v for k, v in data.items() if k[0] == "wire"}
+    data = {k: v for k, v in data.items() if k[0] != "wire"}
     for rate in args.rates.split(","):
         algos = sorted({k[1] for k in data if k[0] == rate},
                        key=lambda a: (a in ("auto", "ompi"), a))
@@ -175,6 +193,12 @@ def report(args, data):
         lines.append(f"{args.hosts} hosts x {args.ranks_per_host} ranks, links at {rate}: "
                      "time (median [range] over rounds) / busbw")
         lines.append(table(["size"] + algos + ["auto/best", "ring/hier", "ompi/best"], rows))
+        if any(k[0] == rate for k in wire):
+            lines.append(f"bytes on the busiest host's link per call at {rate}, each way "
+                         "(sent / received, median over rounds)")
+            lines.append(table(["size"] + algos, [
+                [fmt_size(size)] + [_wire_cell(wire.get((rate, a, size))) for a in algos]
+                for size in sizes]))
         failed = failed_rounds(data, rate)
         if failed:
             lines.append(f"OpenMPI failed in {failed} round(s) at {rate}; "
@@ -194,6 +218,8 @@ def parse_args(argv):
     p.add_argument("--mpi", action="store_true", help="also OpenMPI (mpi4py) across the hosts")
     p.add_argument("--mpi-retries", type=int, default=2,
                    help="run a failed OpenMPI job of a round again up to this many times")
+    p.add_argument("--wire", action="store_true",
+                   help="also the bytes each call puts on a host's link (interface counters)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--mtu", type=int, default=9000)
     p.add_argument("--target-s", type=float, default=0.2, help="timed seconds per slice loop")

@@ -1,5 +1,6 @@
 """python -m commrt.bench collectives: every collective measured and checked in one
 launch, and the report's ratio columns (tiny sizes: a smoke run, not a benchmark)."""
+import os
 import types
 
 import pytest
@@ -82,3 +83,18 @@ def test_counts_report_takes_medians_per_system():
     assert text.index("commrt") < text.index("ompi")
     args2 = collectives.parse_args(["--counts", "--nranks", "4"])
     assert args2.counts and not collectives.parse_args([]).counts
+
+
+def test_wire_gives_an_interfaces_bytes_per_call():
+    """Over TCP on loopback both ranks' bytes pass lo: a 1 MiB ring all-reduce of
+    two ranks sends 1 MiB from each, so at least 2 MiB a call each way (other
+    traffic on lo only adds)."""
+    lo = "/sys/class/net/lo/statistics"
+    if not os.path.exists(lo):
+        pytest.skip("no /sys/class/net/lo")
+    spec = {"kind": "all_reduce", "sizes": [1 << 20], "target_s": 0.01, "slices": 2,
+            "algos": ["ring"], "wire": lo}
+    row, = _peers.run_commrt(2, spec, "tcp", 120)["rows"]
+    assert row["wire"]["tx"] >= 2 * 2**20 and row["wire"]["rx"] >= 2 * 2**20, row
+    spec.pop("wire")
+    assert "wire" not in _peers.run_commrt(2, spec, "tcp", 120)["rows"][0]

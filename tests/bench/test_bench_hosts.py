@@ -80,3 +80,19 @@ def test_a_failed_openmpi_job_is_run_again_before_it_is_a_gap():
     assert len(calls) == 2
     assert logged[-1] == ("  1gbit: round 1: OpenMPI failed, recorded as a gap: "
                           "mpirun across hosts: failed to TCP connect")
+
+
+def test_wire_bytes_are_reported_per_algorithm_and_size():
+    data = {}
+    rows = {"rows": [{"algo": "ring", "bytes": 1 << 20, "time_s": 1.0,
+                      "wire": {"tx": 1.5 * 2**20, "rx": 1.5 * 2**20}},
+                     {"algo": "hierarchical", "bytes": 1 << 20, "time_s": 1.0,
+                      "wire": {"tx": 2**20, "rx": 2**20}}]}
+    hosts.record(data, "1gbit", "commrt", rows, [1 << 20])
+    args = types.SimpleNamespace(hosts=2, ranks_per_host=2, rates="1gbit")
+    text = hosts.report(args, data)
+    assert "bytes on the busiest host's link per call at 1gbit" in text
+    assert "1.50 / 1.50 MiB" in text and "1.00 / 1.00 MiB" in text
+    assert hosts._spec(hosts.parse_args(["--wire"]))["wire"] == \
+        "/sys/class/net/cmrt0/statistics"
+    assert "wire" not in hosts._spec(hosts.parse_args([]))
