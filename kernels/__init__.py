@@ -18,6 +18,7 @@ _LAZY = {
     "cast_into": "commrt.kernels.reduce",
     "combine_address": "commrt.kernels._combine",
     "combine_into": "commrt.kernels._combine",
+    "f16_scale": "commrt.kernels._combine",
     # convolution lowering
     "im2col": "commrt.kernels.conv",
     "col2im": "commrt.kernels.conv",

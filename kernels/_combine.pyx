@@ -5,9 +5,11 @@ from C (the small all-reduce's persistent exchange chain).
 ``combine_address(op, dtype, src_first=False)`` is the address of a C
 function ``void f(void *dst, const void *src, int64_t n)`` computing
 ``dst[i] = dst[i] OP src[i]`` (``src_first``: ``src[i] OP dst[i]``), or 0
-where there is none: float16 (bfloat16 has loops: float32 arithmetic rounded
-to nearest even), bool, complex, logical ops and bitwise ops on
-floats stay with ``reduce.py``.  ``combine_into`` runs the same function from
+where there is none: bool, complex, logical ops and bitwise ops on floats stay
+with ``reduce.py`` (bfloat16 and float16 have loops: float32 arithmetic rounded
+to nearest even; float16 only where the compiler has _Float16, see
+``HAVE_FLOAT16``).  ``f16_scale`` multiplies or divides a float16 array in
+place the same way (an average's last step).  ``combine_into`` runs the same function from
 Python (the tests hold it against NumPy; the small path uses it when it
 finishes a call in Python, so both ways give the same bits).
 
@@ -23,14 +25,18 @@ import numpy as np
 cdef extern from "combine.h":
     ctypedef void (*cmrt_combine_fn)(void *dst, const void *src, int64_t n) noexcept nogil
     cmrt_combine_fn cmrt_combine_lookup(int op, int type, int src_first) noexcept nogil
+    void cmrt_f16_scale(void *d, int64_t n, float f, int divide) noexcept nogil
+    int CMRT_HAVE_F16
 
 OPS = ("sum", "prod", "min", "max", "band", "bor", "bxor")
 _OP_INDEX = {name: i for i, name in enumerate(OPS)}
 from commrt.kernels.bfloat16 import BFLOAT16
 
 _TYPES = [np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
-                                np.uint32, np.uint64, np.float32, np.float64, BFLOAT16)]
+                                np.uint32, np.uint64, np.float32, np.float64, BFLOAT16,
+                                np.float16)]
 _TYPE_INDEX = {dt: i for i, dt in enumerate(_TYPES)}
+HAVE_FLOAT16 = bool(CMRT_HAVE_F16)     # float16 loops and f16_scale are built
 
 
 cdef cmrt_combine_fn _lookup(op, dtype, bint src_first):
@@ -74,3 +80,27 @@ def combine_into(dst, src, op, bint src_first=False):
     finally:
         PyBuffer_Release(&d)
     return dst
+
+
+def f16_scale(buf, factor, bint divide=False):
+    """``buf *= np.float16(factor)`` (``divide``: ``buf /= np.float16(factor)``) in
+    place on a C-contiguous float16 array, with NumPy's result bit for bit
+    (float32 arithmetic, rounded to nearest even) at F16C's speed; returns buf.
+    TypeError where the loops are not built (HAVE_FLOAT16 False) or buf is not
+    float16."""
+    cdef Py_buffer d
+    cdef float f = <float>float(np.float16(factor))
+    cdef int64_t n
+    if not CMRT_HAVE_F16:
+        raise TypeError("f16_scale: this build has no float16 loops")
+    if not isinstance(buf, np.ndarray) or buf.dtype != np.float16:
+        raise TypeError(f"f16_scale: buf must be a float16 NumPy array, got "
+                        f"{getattr(buf, 'dtype', type(buf).__name__)}")
+    n = buf.size
+    PyObject_GetBuffer(buf, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    try:
+        with nogil:
+            cmrt_f16_scale(d.buf, n, f, divide)
+    finally:
+        PyBuffer_Release(&d)
+    return buf

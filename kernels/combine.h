@@ -112,6 +112,117 @@ CMRT_BF16_PAIR(PROD, ARITH)
 CMRT_BF16_PAIR(MIN, PICK)
 CMRT_BF16_PAIR(MAX, PICK)
 
+/* float16 (IEEE binary16), stored as uint16: widen exactly, one float32
+ * operation, round to nearest even: what NumPy's float16 loops compute
+ * (npy_half_to_float, the float op, npy_float_to_half), bit for bit but for
+ * which operand's payload a NaN result carries when both are NaN; MIN/MAX
+ * pick one operand's bits, as NumPy's do (the left one on a tie).  Sum, product and scaling go 8 at
+ * a time through F16C (vcvtph2ps, the float32 op, vcvtps2ph) where the CPU
+ * has it and AVX2: GCC does not vectorise _Float16 casts, and NumPy converts
+ * one element at a time in software (an add of 110 K halves: ~700 us against
+ * ~95 for the scalar casts here, less again 8 wide).  The rest, and every
+ * tail, is scalar, with GCC's _Float16 casts.  Where the compiler has no
+ * _Float16 the table has no float16 loops and float16 stays with reduce.py's
+ * NumPy ufuncs. */
+#if defined(__FLT16_MAX__)
+#define CMRT_HAVE_F16 1
+static inline float cmrt_f16_widen(uint16_t h) {
+    union { uint16_t u; _Float16 f; } v;
+    v.u = h;
+    return (float)v.f;
+}
+static inline uint16_t cmrt_f16_narrow(float f) {
+    union { uint16_t u; _Float16 f; } v;
+    v.f = (_Float16)f;
+    return v.u;
+}
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h>
+#define CMRT_F16C 1
+/* kind: 0 add, 1 multiply, 2 multiply by f, 3 divide by f; rev: y's operand on the
+ * left.  Returns how many elements it did (a multiple of 8); the caller does the rest */
+__attribute__((target("avx2,f16c"))) static int64_t cmrt_f16_wide(uint16_t *x, const uint16_t *y,
+                                                                   int64_t n, int kind, int rev,
+                                                                   float f) {
+    int64_t i = 0;
+    __m256 c = _mm256_set1_ps(f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))), b, r;
+        if (kind >= 2) {
+            r = kind == 2 ? _mm256_mul_ps(a, c) : _mm256_div_ps(a, c);
+        } else {
+            b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
+            if (rev) {
+                __m256 t = a;
+                a = b;
+                b = t;
+            }
+            r = kind == 0 ? _mm256_add_ps(a, b) : _mm256_mul_ps(a, b);
+        }
+        _mm_storeu_si128((__m128i *)(x + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+    }
+    return i;
+}
+static int cmrt_f16c_ok(void) {
+    static int ok = -1;
+    if (ok < 0)
+        ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return ok;
+}
+#define CMRT_F16_START(x, y, n, kind, rev, f) (cmrt_f16c_ok() ? cmrt_f16_wide(x, y, n, kind, rev, f) : 0)
+#else
+#define CMRT_F16_START(x, y, n, kind, rev, f) 0
+#endif
+#define CMRT_F16_ARITH(OPN, DIR, LEFT, RIGHT, KIND, REV)                       \
+    static void cmrt_##OPN##_f2_##DIR(void *d, const void *s, int64_t n) {    \
+        uint16_t *x = (uint16_t *)d;                                            \
+        const uint16_t *y = (const uint16_t *)s;                                \
+        for (int64_t i = CMRT_F16_START(x, y, n, KIND, REV, 0.0f); i < n; i++) { \
+            float a = cmrt_f16_widen(LEFT[i]), b = cmrt_f16_widen(RIGHT[i]);    \
+            x[i] = cmrt_f16_narrow(CMRT_##OPN(a, b));                           \
+        }                                                                       \
+    }
+#define CMRT_F16_PICK(OPN, DIR, LEFT, RIGHT)                                    \
+    static void cmrt_##OPN##_f2_##DIR(void *d, const void *s, int64_t n) {    \
+        uint16_t *x = (uint16_t *)d;                                            \
+        const uint16_t *y = (const uint16_t *)s;                                \
+        for (int64_t i = 0; i < n; i++) {                                       \
+            uint16_t p = LEFT[i], q = RIGHT[i];                                 \
+            float a = cmrt_f16_widen(p), b = cmrt_f16_widen(q);                 \
+            x[i] = CMRT_##OPN##_LEFT_F16(a, b) ? p : q;                         \
+        }                                                                       \
+    }
+/* NumPy's float16 minimum/maximum keep the left operand on a tie (0.0 and -0.0),
+ * unlike its float32 and float64 loops */
+#define CMRT_MIN_LEFT_F16(a, b) ((a) <= (b) || (a) != (a))
+#define CMRT_MAX_LEFT_F16(a, b) ((a) >= (b) || (a) != (a))
+CMRT_F16_ARITH(SUM, fwd, x, y, 0, 0)
+CMRT_F16_ARITH(SUM, rev, y, x, 0, 1)
+CMRT_F16_ARITH(PROD, fwd, x, y, 1, 0)
+CMRT_F16_ARITH(PROD, rev, y, x, 1, 1)
+CMRT_F16_PICK(MIN, fwd, x, y)
+CMRT_F16_PICK(MIN, rev, y, x)
+CMRT_F16_PICK(MAX, fwd, x, y)
+CMRT_F16_PICK(MAX, rev, y, x)
+
+/* x[i] = x[i] * f (or / f when divide), in float32, rounded to nearest even:
+ * NumPy's `x *= np.float16(f)` and `x /= np.float16(f)` when f is a float16
+ * value (the caller rounds it) */
+static void cmrt_f16_scale(void *d, int64_t n, float f, int divide) {
+    uint16_t *x = (uint16_t *)d;
+    int64_t i = CMRT_F16_START(x, x, n, divide ? 3 : 2, 0, f);
+    for (; i < n; i++)
+        x[i] = cmrt_f16_narrow(divide ? cmrt_f16_widen(x[i]) / f : cmrt_f16_widen(x[i]) * f);
+}
+#define CMRT_F16_ROW(DIR) CMRT_FROW(f2, DIR)
+#else
+#define CMRT_HAVE_F16 0
+static void cmrt_f16_scale(void *d, int64_t n, float f, int divide) {
+    (void)d; (void)n; (void)f; (void)divide;
+}
+#define CMRT_F16_ROW(DIR) {NULL, NULL, NULL, NULL, NULL, NULL, NULL}
+#endif
+
 /* operations, in this order: sum prod min max band bor bxor */
 #define CMRT_N_OPS 7
 #define CMRT_ROW(TN, DIR) {cmrt_SUM_##TN##_##DIR, cmrt_PROD_##TN##_##DIR,           \
@@ -121,15 +232,15 @@ CMRT_BF16_PAIR(MAX, PICK)
 #define CMRT_FROW(TN, DIR) {cmrt_SUM_##TN##_##DIR, cmrt_PROD_##TN##_##DIR,          \
                             cmrt_MIN_##TN##_##DIR, cmrt_MAX_##TN##_##DIR, NULL, NULL, NULL}
 
-/* dtypes: i1 i2 i4 i8 u1 u2 u4 u8 f4 f8 bf16 */
-#define CMRT_N_TYPES 11
+/* dtypes: i1 i2 i4 i8 u1 u2 u4 u8 f4 f8 bf16 f2 */
+#define CMRT_N_TYPES 12
 static const cmrt_combine_fn cmrt_table[2][CMRT_N_TYPES][CMRT_N_OPS] = {
     {CMRT_ROW(i1, fwd), CMRT_ROW(i2, fwd), CMRT_ROW(i4, fwd), CMRT_ROW(i8, fwd),
      CMRT_ROW(u1, fwd), CMRT_ROW(u2, fwd), CMRT_ROW(u4, fwd), CMRT_ROW(u8, fwd),
-     CMRT_FROW(f4, fwd), CMRT_FROW(f8, fwd), CMRT_FROW(bf16, fwd)},
+     CMRT_FROW(f4, fwd), CMRT_FROW(f8, fwd), CMRT_FROW(bf16, fwd), CMRT_F16_ROW(fwd)},
     {CMRT_ROW(i1, rev), CMRT_ROW(i2, rev), CMRT_ROW(i4, rev), CMRT_ROW(i8, rev),
      CMRT_ROW(u1, rev), CMRT_ROW(u2, rev), CMRT_ROW(u4, rev), CMRT_ROW(u8, rev),
-     CMRT_FROW(f4, rev), CMRT_FROW(f8, rev), CMRT_FROW(bf16, rev)},
+     CMRT_FROW(f4, rev), CMRT_FROW(f8, rev), CMRT_FROW(bf16, rev), CMRT_F16_ROW(rev)},
 };
 
 /* the function for (op, dtype, order), or NULL where there is none */

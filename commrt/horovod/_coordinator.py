@@ -597,10 +597,18 @@ def _mismatch(name, what, ra, a, rb, b):
 
 
 # ---------------------------------------------------------------- arithmetic
+# float16 (Compression.fp16) is scaled by the C loop: NumPy's float16 arithmetic
+# converts one element at a time in software, ~60x slower (0.9 ms to average a
+# 110 K-element fused buffer, against 0.01-0.02), the same bits
+_F16 = np.dtype(np.float16)
+
+
 def _scale(flat, factor):
     if factor != 1.0 and flat.size:
         if flat.dtype.kind in "iu":
             flat[:] = np.trunc(flat * factor).astype(flat.dtype)
+        elif flat.dtype == _F16 and _f16_scale() is not None:
+            _f16_scale()(flat, factor)
         else:
             flat *= flat.dtype.type(factor)
 
@@ -610,8 +618,22 @@ def _divide(flat, n):
         return
     if flat.dtype.kind in "iu":                  # Horovod truncates toward zero
         flat[:] = np.sign(flat) * (np.abs(flat) // n)
+    elif flat.dtype == _F16 and _f16_scale() is not None:
+        _f16_scale()(flat, n, True)
     else:
         flat /= flat.dtype.type(n)
+
+
+_F16_SCALE = []
+
+
+def _f16_scale():
+    """kernels' f16_scale where this build has the float16 loops, else None."""
+    if not _F16_SCALE:
+        from commrt.kernels import _combine
+
+        _F16_SCALE.append(_combine.f16_scale if _combine.HAVE_FLOAT16 else None)
+    return _F16_SCALE[0]
 
 
 # ---------------------------------------------------------------- the other kinds
