@@ -154,6 +154,9 @@ knob("HOROVOD_CYCLE_TIME", 1.0, float,
      "(ops submitted within one cycle fuse).")
 knob("HOROVOD_CACHE_CAPACITY", 1024, int,
      "Entries of the response cache (a steady step skips negotiation); 0 turns it off.")
+knob("COMMRT_HOROVOD_SPIN", False, _bool,
+     "Let the Horovod coordinator's waits spin while the caller computes (off: they sleep "
+     "after one progress pass, and spin only while a caller waits for a result).")
 knob("HOROVOD_TIMELINE", "", str,
      "Chrome-trace timeline of rank 0's Horovod operations, written to this path from init().")
 knob("HOROVOD_TIMELINE_MARK_CYCLES", False, _bool, "Mark each coordinator cycle in the timeline.")

@@ -75,7 +75,7 @@ _SEQ_MASK = (1 << 40) - 1                   # the fingerprint's sequence field (
 __all__ = ["barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter",
            "reduce_scatter", "all_to_all", "all_gatherv", "gatherv", "scatterv", "all_to_allv",
            "broadcast_obj", "all_gather_obj", "gather_obj", "split", "new_group", "ReduceOp",
-           "CollRequest", "ALGORITHMS"]
+           "CollRequest", "ALGORITHMS", "set_spin"]
 
 
 class _Algorithms(Mapping):
@@ -209,6 +209,23 @@ def _planned(comm, key, out, inbuf):
         return plans.finish(comm, st, plan, seq, i, out, inbuf)
     finally:
         st.inside = 0
+
+
+def set_spin(comm, spin):
+    """Whether the waits of comm's collectives may spin before they sleep (True
+    until told otherwise): False for a communicator that a helper thread drives
+    beside its caller's computation (the Horovod coordinator's), whose waits then
+    sleep after one progress pass, in the prepared plans' chains too, so that the
+    waiting helper takes neither a core nor the GIL from the computation; True
+    again while the caller itself waits for the helper's result.  Cheap when
+    the value does not change."""
+    st = state_of(comm)
+    spin = bool(spin)
+    if st.spin is spin:
+        return
+    st.spin = spin
+    for plan in list(st.small.values()):
+        plan.chain.spin = spin
 
 
 def _plan_key(kind, algorithm, timeout, async_op, root, a, b=_noop):

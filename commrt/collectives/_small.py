@@ -205,6 +205,7 @@ def _keep(st, key, plan):
     chain and a scratch buffer: the cache must stay bounded)."""
     if key not in st.small and len(st.small) >= MAX_PLANS:
         del st.small[next(iter(st.small))]
+    plan.chain.spin = st.spin               # (set_spin sets it on every kept plan)
     st.small[key] = plan
 
 

@@ -123,8 +123,11 @@ class Call:
     def spin(self):
         """Whether waits may spin before they sleep: not on the async worker while
         the caller computes (the spin would take the caller's core), yes once the
-        caller itself waits for the result."""
-        return not self.worker or self.state.waiters > 0
+        caller itself waits for the result; not on a communicator set_spin(comm,
+        False) marked (a helper thread's, which says itself when its caller waits)."""
+        if self.worker:
+            return self.state.waiters > 0
+        return self.state.spin
 
     @property
     def name(self):

@@ -37,6 +37,7 @@ class CommState:
         self.lock = threading.Lock()
         self.pending = 0                         # async calls queued or running
         self.waiters = 0                         # threads blocked in CollRequest.wait
+        self.spin = True                         # waits may spin (set_spin; see Call.spin)
         self._queue = None
         self._worker = None
         self.probe_req = None                    # posted receive for probes, once needed

@@ -26,6 +26,13 @@ gathered data, so no rank ever decides alone.  Process sets have their own
 state and communicators; a rank runs the rounds of its sets in id order, so
 rounds of different sets never wait on each other in a cycle.
 
+Waiting: the coordinator's collectives wait for the other ranks' coordinators
+while the caller computes (backward, beside it on the same cores).  Their
+waits do not spin then (collectives.set_spin): a spinning wait took a core
+and the GIL from the training thread 20 times a step.  They spin again while
+some caller waits in wait() (synchronize), when nothing else needs the core;
+COMMRT_HOROVOD_SPIN=1 lets them spin always.
+
 Failure: any error in a round or a collective (a lost peer, an abort) stops
 the coordinator: every pending and later operation raises
 HorovodInternalError, and the communicators are aborted so that the other
@@ -39,6 +46,7 @@ import time
 import numpy as np
 
 from commrt import config
+from commrt.collectives import set_spin
 from commrt.collectives.ops import MAX, MIN, PROD, SUM
 from commrt.horovod.errors import HorovodInternalError, HorovodMismatchError
 
@@ -104,6 +112,9 @@ class Coordinator:
         self.cycle_s = max(0.0, config.get("HOROVOD_CYCLE_TIME")) / 1000.0
         self.capacity = max(0, config.get("HOROVOD_CACHE_CAPACITY"))
         self.timeout = config.get("COMMRT_TIMEOUT")
+        self.always_spin = config.get("COMMRT_HOROVOD_SPIN")
+        self.waiters = 0                         # callers blocked in wait() (finished's lock)
+        self._spinning = True                    # what set_spin last set on the communicators
         self.timeline = timeline
         self.lock = threading.Lock()
         self.wake = threading.Condition(self.lock)
@@ -124,6 +135,7 @@ class Coordinator:
         neg = world.split(0)
         data = world.split(0)
         self.sets[0] = SetState(0, range(self.size), self.rank, neg, data)
+        self._set_spin(self.always_spin)
         _shorten_switch_interval()
         self.thread = threading.Thread(target=self._main, name="horovod-coordinator",
                                        daemon=True)
@@ -163,7 +175,12 @@ class Coordinator:
         """Block until op finished; its result, or its error raised."""
         if not op.done:
             with self.finished:
-                if not self.finished.wait_for(lambda: op.done, self.timeout):
+                self.waiters += 1                # the coordinator may spin now (_round)
+                try:
+                    ok = self.finished.wait_for(lambda: op.done, self.timeout)
+                finally:
+                    self.waiters -= 1
+                if not ok:
                     raise HorovodInternalError(f"{op.kind} {op.name!r} did not finish within "
                                                f"COMMRT_TIMEOUT={self.timeout:g} s")
         if op.error is not None:
@@ -236,6 +253,9 @@ class Coordinator:
         if use_cache:
             for bit in ps.claimed:
                 vec[2 + bit] = 1
+        spin = self.always_spin or self.waiters > 0
+        if spin is not self._spinning:
+            self._set_spin(spin)
         ps.neg.all_reduce(vec, op=MIN)
         self.stats["rounds"] += 1
         ready = []
@@ -396,6 +416,14 @@ class Coordinator:
                 (a if a.ndim == 1 else a.reshape(-1))[:] = data[off:end]
                 off = end
         self._done_group(ps, [op for _, _, op in group])
+
+    def _set_spin(self, spin):
+        """Let the waits of every set's communicators spin, or not (see the module text)."""
+        self._spinning = spin
+        for ps in list(self.sets.values()):
+            for comm in (ps.neg, ps.data):
+                if comm is not None:
+                    set_spin(comm, spin)
 
     def _fusion_buffer(self, dtype, n):
         """A view of n elements or a little more (see _padded) of the dtype's buffer."""
@@ -723,6 +751,9 @@ def _add_set(co, ps, name, sigs, op):
         set_id = co.next_set_id
         co.next_set_id += 1
         co.sets[set_id] = SetState(set_id, ranks, co.rank, neg, data)
+    for comm in (neg, data):
+        if comm is not None:
+            set_spin(comm, co._spinning)
     return set_id
 
 

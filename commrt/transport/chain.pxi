@@ -138,9 +138,10 @@ cdef inline bint step_clean(step_t *s, msg_t *msgs, uint64_t meta, uint64_t meta
 
 cdef int chain_go(eng_t *E, step_t *steps, msg_t *msgs, int *at, int last, uint64_t meta,
                   uint64_t meta2, int64_t count, char **bases, int64_t wait_ns,
-                  int64_t *deadline, bint posted, int64_t slice_ns) noexcept nogil:
+                  int64_t *deadline, bint posted, int64_t slice_ns, bint spin) noexcept nogil:
     """Run steps *at .. last-1 (the first already posted if `posted`), waiting at
-    most slice_ns per step before returning CH_SLICE."""
+    most slice_ns per step before returning CH_SLICE; spin False: every wait
+    sleeps after one progress pass (block's spin=False)."""
     cdef int i = at[0]
     cdef int j
     cdef step_t *s
@@ -158,7 +159,7 @@ cdef int chain_go(eng_t *E, step_t *steps, msg_t *msgs, int *at, int last, uint6
             slice_end = deadline[0]
         for j in range(s.first, s.first + s.nmsg):
             if msgs[j].q != NULL and msgs[j].q.state < S_DONE and \
-                    not block(E, msgs[j].q, slice_end, True, slice_ns > GIL_SPIN_NS):
+                    not block(E, msgs[j].q, slice_end, spin, slice_ns > GIL_SPIN_NS):
                 at[0] = i
                 return CH_SLICE if now_ns() < deadline[0] else CH_STOP
         if not step_clean(s, msgs, meta, meta2):
@@ -216,6 +217,13 @@ cdef class ExchangeChain:
     cdef uint64_t st_meta2
     cdef uint64_t st_mask
     cdef int64_t st_wait_ns
+    # Whether a run's waits spin before they sleep (True, as set up).  False for
+    # a chain that a helper thread runs beside its caller's computation (the
+    # Horovod coordinator's): its waits sleep after one progress pass and the
+    # first, GIL-held pass is skipped, so the waiting thread takes neither the
+    # core nor the GIL from the computation.  Read at each run: the helper may
+    # turn it back on while its caller waits for the result.
+    cdef public bint spin
 
     def __dealloc__(self):
         if self.has_buf:
@@ -367,6 +375,7 @@ cdef class ExchangeChain:
         cdef int64_t deadline = 0
         cdef bint posted = False
         cdef char **bases = self.cbase
+        cdef bint spin
         if self.uses_buf and buf is not self.bound and not self._bind(buf, False):
             return -1
         if self.uses_in and inbuf is not self.bound_in and not self._bind(inbuf, True):
@@ -376,9 +385,10 @@ cdef class ExchangeChain:
         self.detached = None
         if at >= stop:
             return stop
-        if not E.oversub:
+        spin = self.spin
+        if not E.oversub and spin:
             rc = chain_go(E, self.steps, self.msgs, &at, stop, meta, meta2, self.count,
-                          bases, wait_ns, &deadline, posted, GIL_SPIN_NS)
+                          bases, wait_ns, &deadline, posted, GIL_SPIN_NS, True)
             if rc == CH_DONE:
                 return stop
             if rc == CH_STOP:
@@ -388,7 +398,7 @@ cdef class ExchangeChain:
         while True:
             with nogil:
                 rc = chain_go(E, self.steps, self.msgs, &at, stop, meta, meta2, self.count,
-                              bases, wait_ns, &deadline, posted, SLICE_NS)
+                              bases, wait_ns, &deadline, posted, SLICE_NS, spin)
             if rc == CH_DONE:
                 return stop
             if rc == CH_STOP:
@@ -452,6 +462,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
     cdef int k = 0
     cdef msg_t *m
     cdef uint64_t tmp_len = 0
+    ch.spin = True
     if eng.E == NULL or eng.E.closed:
         raise _errors().CommError("the communicator is closed")
     if tag < 0:

@@ -214,3 +214,26 @@ def alternating(comm, kind):
         for i, (n, dtype, op, root) in enumerate(shapes):
             call(comm, kind, 100 * rnd + i, n, dtype, op, root)
     return True
+
+
+def no_spin(comm, kind):
+    """set_spin(comm, False) after a plan was made, calls with rank 1 late (the
+    others' waits sleep at once), a plan made afterwards, the general path, then
+    set_spin(comm, True): (spin of the kept plans' chains after False, after the
+    new plan, after True; digests planned with spin off, general with spin off,
+    general with spin on; whether plans ran)."""
+    call(comm, kind, 1, 7)                             # a plan, made spinning
+    C.set_spin(comm, False)
+    off = [p.chain.spin for p in comm.state["collectives"].small.values()]
+    planned_out = []
+    for i in range(3):
+        if comm.rank == 1:
+            time.sleep(0.05)
+        planned_out.append(call(comm, kind, 20 + i, 7))
+    call(comm, kind, 2, 300)                           # a new plan, made not spinning
+    made = [p.chain.spin for p in comm.state["collectives"].small.values()]
+    general_off = [call(comm, kind, 20 + i, 7, general=True) for i in range(3)]
+    C.set_spin(comm, True)
+    on = [p.chain.spin for p in comm.state["collectives"].small.values()]
+    general_on = [call(comm, kind, 20 + i, 7, general=True) for i in range(3)]
+    return off, made, on, planned_out, general_off, general_on, planned(comm, kind, 7)

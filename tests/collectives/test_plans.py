@@ -80,6 +80,15 @@ def test_late_rank_hands_over_to_the_general_path(world, kind):
     assert all(r[1] for r in res), res
 
 
+@pytest.mark.parametrize("kind", P.KINDS)
+def test_set_spin_reaches_every_plan_and_results_stay_right(world, kind):
+    # set_spin(comm, False): the helper-driven waits of the Horovod coordinator
+    for off, made, on, planned, general_off, general_on, has_plan in world.run(P.no_spin, kind):
+        assert off and not any(off) and not any(made) and all(on), (off, made, on)
+        assert planned == general_off == general_on, kind
+        assert has_plan, kind
+
+
 def test_plan_cache_is_bounded(world):
     from commrt.collectives._small import MAX_PLANS
 
