@@ -120,6 +120,8 @@ class Coordinator:
         self.wake = threading.Condition(self.lock)
         self.finished = threading.Condition(threading.Lock())   # some ops are done
         self._idle = False                       # the loop waits on `wake` (lock)
+        self._pausing = False                    # the loop sleeps out a cycle on `wake` (lock)
+        self._hurry = False                      # a caller began to wait: round now (lock)
         self.stopping = False
         self.broken = None                       # HorovodInternalError once the job broke
         self.sets = {}
@@ -174,6 +176,14 @@ class Coordinator:
     def wait(self, op):
         """Block until op finished; its result, or its error raised."""
         if not op.done:
+            with self.lock:
+                # this rank's caller has submitted what it will before it waits: the
+                # next round need not wait out the cycle (once: a caller that keeps
+                # waiting for what other ranks have not submitted gets rounds a cycle
+                # apart, not a busy loop)
+                self._hurry = True
+                if self._pausing:
+                    self.wake.notify()
             with self.finished:
                 self.waiters += 1                # the coordinator may spin now (_round)
                 try:
@@ -219,12 +229,16 @@ class Coordinator:
                 self.wake.wait(IDLE_S)
                 self._idle = False
             stopping = self.stopping
-        if self.cycle_s and not stopping:
-            # rounds start at most once a cycle, as Horovod's: what is submitted within
-            # one cycle is negotiated, and fused, together
-            left = self._cycle_start + self.cycle_s - time.monotonic()
-            if left > 0:
-                time.sleep(left)
+            if self.cycle_s and not stopping and not self._hurry:
+                # rounds start at most once a cycle, as Horovod's: what is submitted
+                # within one cycle is negotiated, and fused, together; a caller that
+                # starts waiting ends the pause (wait())
+                left = self._cycle_start + self.cycle_s - time.monotonic()
+                if left > 0:
+                    self._pausing = True
+                    self.wake.wait(left)
+                    self._pausing = False
+            self._hurry = False
         self._cycle_start = time.monotonic()
         if self.timeline is not None:
             self.timeline.cycle()
