@@ -20,6 +20,9 @@ from commrt.horovod.torch.mpi_ops import (Adasum, Average, allreduce_async_,
                                           size, sparse_allreduce_async, synchronize)
 
 
+_WIDE_FLOATS = (torch.float32, torch.float64)
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
@@ -54,6 +57,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
         self._handles = {}
+        self._halves = {}                        # parameter -> its float16 gradient buffer
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -159,6 +163,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         full_name = f"allreduce.{name}"
         pre, post = (float(f) for f in self._scales())
         plain = self._compression is Compression.none and self._groups is None
+        # fp16 compression of a float32/float64 CPU gradient: the cast into a float16
+        # buffer kept per parameter (no allocation a step), then the plain path's
+        # one call; decompressed in synchronize as the general path's is
+        half = self._compression is Compression.fp16 and self._groups is None
+        halves = self._halves
 
         def hook(*ignore):
             handles, delays = self._handles, self._allreduce_delay
@@ -189,6 +198,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     # the common case in one call (see gradient_allreduce_async_)
                     handle = gradient_allreduce_async_(p.grad, full_name, self.op, pre, post,
                                                        self.process_set)
+                elif half and p.grad is not None and p.grad.dtype in _WIDE_FLOATS \
+                        and p.grad.is_cpu and not p.grad.is_sparse:
+                    grad = p.grad
+                    buf = halves.get(p)
+                    if buf is None or buf.shape != grad.shape:
+                        buf = halves[p] = torch.empty(grad.shape, dtype=torch.float16)
+                    buf.copy_(grad)
+                    handle = gradient_allreduce_async_(buf, full_name, self.op, pre, post,
+                                                       self.process_set)
+                    ctx = grad.dtype
                 else:
                     handle, ctx = self._allreduce_grad_async(p, name)
             handles[p] = (handle, ctx)
