@@ -51,6 +51,7 @@ _BLAMES = (
 )
 _DRAIN_S = 1.0           # after the last rank exits, wait this long for its pipes to close
 _BLAME_WAIT_S = 0.5      # how long a lost peer's own exit may lag behind its victims'
+_ABORTER_WAIT_S = 5.0    # how long a rank that aborted the job may outlive its victims
 # A rank that reports an unresponsive peer which has not ended opens a window for the
 # other ranks' reports (a cut link makes ranks on both sides accuse each other, and the
 # ones cut off may report first): two heartbeats, as ranks check liveness once a beat
@@ -129,6 +130,8 @@ class Job:
         self.verdict_at = None      # when to judge an unresponsive rank, once reported
         self.accused_order = []     # accused ranks, in the order their accusations were read
         self.first_silent = None    # the unresponsive rank the first report named
+        self.aborter = None         # a live rank its victims name as the one that aborted
+        self.aborter_by = None      # until when to wait for its own exit
         self.stop_reason = None     # why we are stopping, if we are
         self.exit_code = 0
         self.kill_at = None
@@ -357,7 +360,8 @@ class Job:
         wait = 1.0  # also a safety net should a SIGCHLD be missed
         for t in (deadline if self.stop_reason is None else None, self.kill_at, drain_until,
                   start_by if self.stop_reason is None else None,
-                  self.verdict_at if self.stop_reason is None else None):
+                  self.verdict_at if self.stop_reason is None else None,
+                  self.aborter_by if self.stop_reason is None else None):
             if t is not None:
                 wait = min(wait, max(t - now, 0.0))
         return wait
@@ -423,6 +427,9 @@ class Job:
         if self.verdict_at is not None:         # collecting the ranks' accusations
             self._judge_unresponsive()
             return
+        if self.aborter is not None:            # waiting for the aborting rank's own end
+            self._judge_aborter()
+            return
         failures = [r for r in ended if r.returncode != 0]
         if not failures:
             return
@@ -434,6 +441,11 @@ class Job:
             self.verdict_at = time.monotonic() + self.verdict_window_s
             self.first_silent = silent.rank
             self._judge_unresponsive()
+            return
+        aborter = self._live_aborter(failures)
+        if aborter is not None:
+            self.aborter, self.aborter_by = aborter, time.monotonic() + _ABORTER_WAIT_S
+            self._judge_aborter()
             return
         failures += self._blamed_peers(sel, failures)
         r = self.failed = self._root_cause(failures)
@@ -457,6 +469,36 @@ class Job:
                     found.append(peer)
         stopped = [p for p in found if _proc_state(p) == "T"]
         return (stopped or found or [None])[0]
+
+    def _live_aborter(self, failures):
+        """A rank still running that the failed ones' errors name as the rank that
+        called abort (AbortedError's culprit): the cause, however late it ends."""
+        for r in failures:
+            for line in reversed(self.router.tail(r.rank)):
+                blame = blamed_rank(line)
+                if blame and blame[0] == "AbortedError" and blame[1] < len(self.ranks):
+                    peer = self.ranks[blame[1]]
+                    if peer is not r and peer.returncode is None:
+                        return peer
+                    break
+        return None
+
+    def _judge_aborter(self):
+        """Name the rank that aborted once it has ended (its exit code is the job's)
+        or the wait has passed: its victims often end first, on a loaded host by
+        more than _BLAME_WAIT_S, and must not be named in its place."""
+        peer = self.aborter
+        if peer.returncode is None and time.monotonic() < self.aborter_by:
+            return
+        self.aborter = self.aborter_by = None
+        self.failed = peer
+        if peer.returncode is None:
+            self.failed_how = "aborted the job (commrt.errors.AbortedError names it)"
+            self._stop(f"rank {peer.rank} {self.failed_how}", signal.SIGTERM, code=1)
+            return
+        rc = peer.returncode
+        code = rc if rc > 0 else (128 - rc if rc < 0 else 1)
+        self._stop(f"rank {peer.rank} {describe_exit(rc)}", signal.SIGTERM, code=code)
 
     def _accusations(self):
         """{rank: (error class, rank it blames)} from the last blaming line of each

@@ -81,6 +81,7 @@ ABORTS = """
         while len([n for n in os.listdir(os.path.dirname(PIDS)) if n.startswith("told")]) < SIZE - 1 \
                 and time.monotonic() < end:  # name the first rank it sees end
             time.sleep(0.005)
+        time.sleep(1.0)     # and ends after more than the launcher's _BLAME_WAIT_S
         sys.exit(3)
     try:
         comm.recv(bytearray(8), (RANK + 1) % SIZE, 5, timeout=60)   # fails with the abort
