@@ -2,7 +2,8 @@
 
 ``python -m commrt.bench._hosts_rank --spec FILE --out DIR``: the collective
 benchmarks' loop (``_coll.measure``) over commrt's all-reduce, after the cost
-model's calibration (its parameters go in the results: ``params``); rank 0
+model's calibration (its parameters go in the results: ``params``, and the
+algorithm ``auto`` ran at each size: ``choices``); rank 0
 writes ``rank0.json`` (the times are already the slowest rank's).
 """
 from dataclasses import asdict
@@ -23,6 +24,8 @@ def main(argv=None):
     try:
         params = asdict(cost.params(comm))   # every rank at once: a collective
         result = dict(_coll.measure(_coll.CommrtOps(comm), spec), params=params)
+        # what auto ran at each size (the model's choice, memoised by the calls above)
+        result["choices"] = {str(n): cost.choose_allreduce(comm, n) for n in spec["sizes"]}
         if comm.rank == 0:
             write_json(os.path.join(args.out, "rank0.json"), result)
     finally:

@@ -19,7 +19,8 @@ a failed mpirun is run again (--mpi-retries) before its round becomes a gap.
 With ``--wire`` every rank also reads its host's link counters around each
 timed slice (/sys/class/net/cmrt0/statistics, outside the timed loop) and
 the report adds the bytes each call put on the busiest host's link, each
-way.  Reports per rate the median time and busbw per (size, algorithm), auto/best
+way.  Reports per rate what ``auto`` ran at each size (the model's choice, per
+round), the median time and busbw per (size, algorithm), auto/best
 (target <= 1.10), hierarchical/ring and, with --mpi, commrt's best/OpenMPI.
 Needs root and iproute2; the namespaces are removed afterwards.
 """
@@ -136,6 +137,8 @@ def record(data, rate, label, res, sizes):
         for size in sizes:
             data.setdefault((rate, "ompi", size), []).append(None)
         return
+    for size, algo in res.get("choices", {}).items():
+        data.setdefault(("choice", rate, int(size)), []).append(algo)
     for row in res["rows"]:
         algo = "ompi" if label == "ompi" else row["algo"]
         data.setdefault((rate, algo, row["bytes"]), []).append(row["time_s"])
@@ -152,6 +155,16 @@ def _ratio_cell(data, rate, size, num, den):
     a, b = data.get((rate, num, size)), data.get((rate, den, size))
     pairs = [x / y for x, y in zip(a or (), b or ()) if x is not None and y is not None]
     return Summary(pairs).cell() if pairs else "n/a"
+
+
+def _tally(names):
+    """'ring' or 'ring x2, hierarchical x1': what auto ran in the rounds."""
+    counts = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    if len(counts) == 1:
+        return names[0]
+    return ", ".join(f"{n} x{k}" for n, k in sorted(counts.items(), key=lambda x: -x[1]))
 
 
 def _wire_cell(v):
@@ -172,7 +185,8 @@ def report(args, data):
     factor = 2 * (n - 1) / n
     lines = []
     wire = {k[1:]: v for k, v in data.items() if k[0] == "wire"}
-    data = {k: v for k, v in data.items() if k[0] != "wire"}
+    choice = {k[1:]: v for k, v in data.items() if k[0] == "choice"}
+    data = {k: v for k, v in data.items() if k[0] not in ("wire", "choice")}
     for rate in args.rates.split(","):
         algos = sorted({k[1] for k in data if k[0] == rate},
                        key=lambda a: (a in ("auto", "ompi"), a))
@@ -193,6 +207,10 @@ def report(args, data):
         lines.append(f"{args.hosts} hosts x {args.ranks_per_host} ranks, links at {rate}: "
                      "time (median [range] over rounds) / busbw")
         lines.append(table(["size"] + algos + ["auto/best", "ring/hier", "ompi/best"], rows))
+        took = [f"{fmt_size(size)} {_tally(choice[(rate, size)])}" for size in sizes
+                if (rate, size) in choice]
+        if took:
+            lines.append(f"auto ran at {rate}: " + "; ".join(took))
         if any(k[0] == rate for k in wire):
             lines.append(f"bytes on the busiest host's link per call at {rate}, each way "
                          "(sent / received, median over rounds)")

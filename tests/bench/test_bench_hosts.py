@@ -96,3 +96,16 @@ def test_wire_bytes_are_reported_per_algorithm_and_size():
     assert hosts._spec(hosts.parse_args(["--wire"]))["wire"] == \
         "/sys/class/net/cmrt0/statistics"
     assert "wire" not in hosts._spec(hosts.parse_args([]))
+
+
+def test_what_auto_ran_is_reported_per_size_over_rounds():
+    data = {}
+    for took in ("ring", "ring", "hierarchical"):
+        hosts.record(data, "10gbit", "commrt",
+                     {"rows": [{"algo": "auto", "bytes": 65536, "time_s": 1.0},
+                               {"algo": "ring", "bytes": 65536, "time_s": 1.0}],
+                      "choices": {"65536": took}}, [65536])
+    args = types.SimpleNamespace(hosts=2, ranks_per_host=2, rates="10gbit")
+    text = hosts.report(args, data)
+    assert "auto ran at 10gbit: 64 KiB ring x2, hierarchical x1" in text, text
+    assert hosts._tally(["ring", "ring"]) == "ring"
