@@ -4,7 +4,9 @@
 
 MODE: fusion | nofusion | fp16 (commrt.horovod.torch's DistributedOptimizer) or
 ddp (torch DistributedDataParallel over Gloo, the reference).  Rank 0 prints
-one JSON line: {"mode", "size", "imgs_per_s"} (images of all ranks per second).
+one JSON line: {"mode", "size", "imgs_per_s"} (images of all ranks per second),
+and for commrt.horovod's modes "per_step": rank 0's coordinator counts per timed
+step (rounds, full negotiations, data all-reduces, tensors reduced).
 """
 import json
 import os
@@ -56,6 +58,20 @@ MODELS = {"cnn": SmallCNN, "many": ManyCNN, "tiny": ManyCNN}
 IMAGE = {"cnn": 32, "many": 8, "tiny": 4}
 
 
+COUNTS = ("rounds", "negotiations", "buffers", "tensors")
+
+
+def _counts(mode):
+    """The coordinator's counters (rounds, full negotiations, data all-reduces of
+    fused buffers or lone tensors, tensors) now, or None for DDP."""
+    if mode == "ddp":
+        return None
+    from commrt.horovod import _runtime
+
+    stats = _runtime.current().coordinator.stats
+    return {k: stats[k] for k in COUNTS}
+
+
 def main(argv):
     mode, model_name, batch, steps, warmup = argv[0], argv[1], *map(int, argv[2:5])
     torch.set_num_threads(1)
@@ -92,14 +108,19 @@ def main(argv):
     for _ in range(warmup):
         step()
     sync()
+    counts = _counts(mode)
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
     sync()
     elapsed = time.perf_counter() - t0
     if rank == 0:
-        print(json.dumps({"mode": mode, "size": size,
-                          "imgs_per_s": batch * size * steps / elapsed}), flush=True)
+        out = {"mode": mode, "size": size, "imgs_per_s": batch * size * steps / elapsed}
+        if counts is not None:
+            after = _counts(mode)
+            # the closing barrier's round included: per step, it is a 1/steps share
+            out["per_step"] = {k: (after[k] - counts[k]) / steps for k in COUNTS}
+        print(json.dumps(out), flush=True)
     if mode != "ddp":
         hvd.shutdown()
 

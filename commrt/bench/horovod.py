@@ -18,6 +18,9 @@ by commrt-launch.  The figure is images per second over all ranks, median
 over rounds [min-max]; ratios are against DDP and fusion off.  A --variant
 adds a column ``fusion+LABEL``: fusion with extra rank environment, run in the
 same interleaved rounds (an A/B of a knob against its peers in one run).
+A second table gives rank 0's coordinator counts per timed step: rounds, full
+negotiations (zero once the response cache is warm), data all-reduces (fused
+buffers or lone tensors) and tensors.
 """
 import argparse
 import json
@@ -48,7 +51,8 @@ def run_one(model, mode, n, args):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     for line in out.stdout.splitlines():
         if line.startswith("{"):
-            return json.loads(line)["imgs_per_s"]
+            rec = json.loads(line)
+            return rec["imgs_per_s"], rec.get("per_step")
     raise RuntimeError(f"{model} {mode} at N={n} failed (exit {out.returncode}):\n"
                        f"{(out.stdout + out.stderr)[-2000:]}")
 
@@ -81,18 +85,22 @@ def main(argv=None):
     models = [m for m in args.models.split(",") if m]
     keys = [(mo, n, m) for mo in models for n in sizes for m in modes]
     samples = {k: [] for k in keys}
+    per_step = {k: [] for k in keys}             # rank 0's coordinator counts per step
     t0 = time.monotonic()
     for r in range(args.rounds):
         for mo in models:
             for n in sizes:
                 order = modes if r % 2 == 0 else list(reversed(modes))   # interleaved
                 for m in order:
-                    samples[(mo, n, m)].append(run_one(mo, m, n, args))
+                    imgs, counts = run_one(mo, m, n, args)
+                    samples[(mo, n, m)].append(imgs)
+                    if counts is not None:
+                        per_step[(mo, n, m)].append(counts)
         # progress, and the samples so far, so a run cut short still leaves its figures
         print(f"round {r + 1}/{args.rounds} done at {time.monotonic() - t0:.0f} s",
               file=sys.stderr, flush=True)
         if args.json:
-            _dump(args.json, samples)
+            _dump(args.json, samples, per_step)
     rows = []
     for mo in models:
         for n in sizes:
@@ -103,15 +111,30 @@ def main(argv=None):
     print(f"images/s over all ranks, batch {args.batch} per rank, {args.steps} steps, "
           f"{args.rounds} rounds (median [min-max])")
     print(table(["model", "N"] + modes + ["fusion/ddp", "fusion/off"], rows, "ll" + "r" * (len(modes) + 2)))
+    counted = [k for k in keys if per_step[k]]
+    if counted:
+        print("\ncommrt.horovod's coordinator per step (rank 0, median over rounds): rounds, "
+              "full negotiations, data all-reduces, tensors")
+        crow = []
+        for mo, n, m in counted:
+            cs = per_step[(mo, n, m)]
+            crow.append([mo, str(n), m] + [f"{Summary([c[f] for c in cs]).median:.1f}"
+                                           for f in ("rounds", "negotiations", "buffers",
+                                                     "tensors")])
+        print(table(["model", "N", "mode", "rounds", "negotiations", "all-reduces", "tensors"],
+                    crow, "lll" + "r" * 4))
     if args.json:
-        _dump(args.json, samples)
+        _dump(args.json, samples, per_step)
     return 0
 
 
-def _dump(path, samples):
+def _dump(path, samples, per_step):
+    out = {f"{mo}/{n}/{m}": Summary(v).as_dict() for (mo, n, m), v in samples.items() if v}
+    for (mo, n, m), cs in per_step.items():
+        if cs:
+            out[f"{mo}/{n}/{m}"]["per_step"] = cs
     with open(path, "w") as f:
-        json.dump({f"{mo}/{n}/{m}": Summary(v).as_dict() for (mo, n, m), v in samples.items()
-                   if v}, f, indent=1)
+        json.dump(out, f, indent=1)
 
 
 def _ratio(a, b):

@@ -23,6 +23,16 @@ def test_bench_horovod_runs_every_mode_and_prints_the_ratios(tmp_path):
     data = json.loads((tmp_path / "b.json").read_text())
     assert sorted(data) == ["tiny/2/ddp", "tiny/2/fusion", "tiny/2/fusion+c2"], data
     assert "round 1/1 done" in out.stderr, out.stderr
+    # the coordinator's counts per step: every one of tiny's 148 gradients reduced once a
+    # step, and no full negotiation once the response cache is warm (the closing
+    # barrier's one, not cached, is half a negotiation a step over 2 steps)
+    counts = {ln.split()[2]: ln.split()[3:] for ln in out.stdout.splitlines()
+              if ln.startswith("tiny") and ln.split()[2] in ("fusion", "fusion+c2")}
+    assert sorted(counts) == ["fusion", "fusion+c2"], out.stdout
+    for mode, (rounds, negotiations, reduces, tensors) in counts.items():
+        assert float(tensors) == 148.0 and float(negotiations) <= 0.5, (mode, out.stdout)
+        assert 1 <= float(reduces) <= 148 and float(rounds) >= 1, (mode, out.stdout)
+    assert all("per_step" in data[k] for k in ("tiny/2/fusion", "tiny/2/fusion+c2")), data
 
 
 def test_bench_horovod_names_a_malformed_variant():
