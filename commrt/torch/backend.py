@@ -112,20 +112,46 @@ class _Work(Work):
         pass
 
 
+class _Fut(Future):
+    """The Future of an asynchronous collective: it knows whether Python code has
+    chained work on it (then, add_done_callback), which must not run on the
+    communicator's worker (see _Completer); while none has, the worker
+    completes it itself, one thread hop sooner (DDP's reducer waits on the
+    Future in C++, so a completer thread's wake-up was a second hop, each a
+    scheduling delay when ranks outnumber cores)."""
+
+    def __init__(self):
+        super().__init__()
+        self._lock = threading.RLock()   # re-entered by a callback chained from the worker
+        self._chained = False
+
+    def then(self, callback):
+        with self._lock:
+            self._chained = True
+        return super().then(callback)
+
+    def add_done_callback(self, callback):
+        with self._lock:
+            self._chained = True
+        super().add_done_callback(callback)
+
+
 class _CollWork(_Work):
     """The Work of an asynchronous collective.
 
     The communicator's worker runs the collective, then (still on the worker)
     moves the results into place and sets ``_ready``: wait() returns on that,
     one thread hop after the data landed.  The Future is completed by whichever
-    comes first: wait() (its callbacks then run in the waiting thread) or a
-    completer thread (never the worker itself: see _Completer)."""
+    comes first: wait() (its callbacks then run in the waiting thread), the
+    worker itself while no Python callback is chained on it (_Fut), or a
+    completer thread (never the worker once one is: see _Completer)."""
 
     def __init__(self, result):
-        super().__init__(Future())
+        super().__init__(_Fut())
         self._value = result
         self._exc = None
         self._ready = threading.Event()
+        self._worker = None             # the thread that runs it (set by _run)
 
     def finished(self, req, after):
         """On the worker, once the collective has finished."""
@@ -137,6 +163,11 @@ class _CollWork(_Work):
                 exc = e
         self._exc = None if exc is None else torch_error(exc)
         self._ready.set()
+        fut = self._fut
+        with fut._lock:                 # then() now waits until the Future is complete
+            if not fut._chained:
+                self.complete()         # C++ waiters and C++ callbacks only
+                return
         _COMPLETER.put(self)
 
     def complete(self):
@@ -155,6 +186,11 @@ class _CollWork(_Work):
 
     def wait(self, timeout=None):
         secs = None if not timeout else timeout.total_seconds()
+        if not self._ready.is_set() and self._worker is threading.current_thread():
+            raise dist.DistBackendError(
+                "commrt: Work.wait on the communicator's worker thread (a callback run "
+                "there) for a collective queued behind the one it finishes would never "
+                "return; chain it with Future.then instead")
         if not self._ready.wait(secs):
             raise dist.DistBackendError(f"commrt: Timed out - Work.wait after {timeout}")
         self.complete()
@@ -243,8 +279,11 @@ _COMPLETER = _Completer()
 
 
 class _DoneWork(Work):
-    """The Work of a call that finished before returning (blocking calls): one
-    pybind construction, no Future until someone asks for it."""
+    """The Work of a call that finished before returning (blocking calls): no
+    Future until someone asks for it.  A process group returns its one
+    instance for every blocking call (a pybind construction is ~0.5 µs of an
+    8-byte all_reduce's few): torch's blocking wrappers wait on it and drop it,
+    and its result() is the latest blocking call's."""
 
     def __init__(self, result):
         Work.__init__(self)
@@ -419,6 +458,7 @@ class ProcessGroupCommrt(ProcessGroup):
         if self._timeout is not None:        # init_process_group(timeout=) bounds every call
             C.state_of(comm).timeout = self._timeout
         self._coalescing = None
+        self._done = _DoneWork(None)        # the Work of every blocking call (see _DoneWork)
         self._closed = False
         self._name = name
         self._desc = ""
@@ -480,12 +520,14 @@ class ProcessGroupCommrt(ProcessGroup):
             req = launch(True)
         except Exception as exc:  # noqa: BLE001
             _reraise(exc)
+        work._worker = C.state_of(self.comm)._worker
         req.add_done_callback(lambda r: work.finished(r, after))
         return self._record(work)
 
     def _finished(self, result):
         """The Work of a blocking call, done now (no Future until one is asked for)."""
-        work = _DoneWork(result)
+        work = self._done
+        work._value = result
         if self._coalescing is not None:
             self._coalescing.append(work)
         return work
@@ -517,7 +559,9 @@ class ProcessGroupCommrt(ProcessGroup):
                     self.comm.all_reduce(a, _CSUM)
                 except Exception as exc:  # noqa: BLE001
                     _reraise(exc)
-                return _DoneWork(tensors)
+                work = self._done
+                work._value = tensors
+                return work
         return self._allreduce(tensors, opts)
 
     def _allreduce(self, tensors, opts):

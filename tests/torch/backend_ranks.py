@@ -187,6 +187,47 @@ def works_of_blocking_calls(rank, n):
                   a.get_future().value()[0].tolist()]
 
 
+def futures_on_the_worker(rank, n):
+    """Who completes an async collective's Future: the communicator's worker
+    while only C++ has chained on it (collect_all; DDP's reducer waits on it in
+    C++), a completer thread once Python has (then): a Python callback that
+    blocks on a later collective must not run on the worker that has to run
+    that collective.  Reached from the worker anyway, Work.wait of a collective
+    queued behind raises instead of hanging."""
+    import threading
+
+    flag = torch.zeros(1)
+    a, b, c = torch.ones(4), torch.ones(4), torch.ones(4)
+    later = []
+
+    def on_worker(_):
+        name = threading.current_thread().name
+        try:
+            later[0].wait()
+            err = None
+        except RuntimeError as exc:
+            err = str(exc)
+        return name, err
+
+    if rank == 0:
+        w1 = dist.all_reduce(a, async_op=True)
+        f1 = w1.get_future().then(lambda _: threading.current_thread().name)
+        w2 = dist.all_reduce(b, async_op=True)
+        f2 = torch.futures.collect_all([w2.get_future()]).then(on_worker)
+        later.append(dist.all_reduce(c, async_op=True))
+        dist.send(flag, 1)                  # only now does rank 1 join the all-reduces
+        out = [f1.wait(), f2.wait()]
+    else:
+        dist.recv(flag, 0)
+        ws = [dist.all_reduce(t, async_op=True) for t in (a, b, c)]
+        ws[1].get_future().wait()
+        out = None
+    for w in [later[0]] if later else ws:
+        w.wait()
+    dist.barrier()
+    return out, [a.tolist(), b.tolist(), c.tolist()]
+
+
 def wait_with_timeout(rank, n):
     """Work.wait(timeout) of an async collective a peer has not joined yet raises
     torch's "Timed out" error; the collective itself goes on and completes."""

@@ -59,6 +59,15 @@ def test_works_of_blocking_and_async_calls():
         assert asy == [True, True, True, [2.0] * 5]
 
 
+def test_futures_are_completed_on_the_worker_only_without_python_callbacks():
+    (out, t0), (_, t1) = run(R.futures_on_the_worker, 2, "commrt")
+    then_thread, (collect_thread, err) = out
+    assert then_thread.startswith("commrt-torch-futures"), then_thread
+    assert collect_thread == "commrt-collectives", collect_thread
+    assert err is not None and "worker thread" in err, err
+    assert t0 == t1 == [[2.0] * 4] * 3
+
+
 def test_work_wait_timeout_raises_and_the_collective_completes():
     (timed_out, t0), (_, t1) = run(R.wait_with_timeout, 2, "commrt")
     assert timed_out and "Timed out" in timed_out, timed_out
