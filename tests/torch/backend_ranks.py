@@ -187,6 +187,41 @@ def works_of_blocking_calls(rank, n):
                   a.get_future().value()[0].tolist()]
 
 
+def same_tensor_changed(rank, n):
+    """The blocking all_reduce keeps the NumPy view of its last small tensor: one
+    tensor object all-reduced again after it changed in place (resized,
+    re-typed through .data, given other storage, transposed) is reduced as
+    it is now, never through the stale view."""
+    r = float(rank + 1)
+    out = []
+    t = torch.full((4,), r)
+    t.resize_(2)
+    dist.all_reduce(t)
+    dist.all_reduce(t)
+    out.append(t.tolist())                              # (n(n+1)/2) * n
+    t.resize_(4)                                        # the same memory, 4 elements
+    t.fill_(r)
+    dist.all_reduce(t)
+    out.append(t.tolist())
+    t.resize_(2)
+    t.fill_(r)
+    dist.all_reduce(t)
+    out.append(t.tolist())
+    t.data = t.view(torch.int32)                        # the same memory as int32
+    t.fill_((rank + 1) << 24)                           # not summed alike as float32 bits
+    dist.all_reduce(t)
+    out.append([t.dtype == torch.int32] + t.tolist())
+    t.set_(torch.full((3,), rank + 1, dtype=torch.int32))
+    dist.all_reduce(t)
+    out.append(t.tolist())
+    m = torch.arange(6.).reshape(2, 3) * r
+    dist.all_reduce(m)
+    m.t_()
+    dist.all_reduce(m)
+    out.append(m.tolist())
+    return out
+
+
 def futures_on_the_worker(rank, n):
     """Who completes an async collective's Future: the communicator's worker
     while only C++ has chained on it (collect_all; DDP's reducer waits on it in

@@ -59,6 +59,14 @@ def test_works_of_blocking_and_async_calls():
         assert asy == [True, True, True, [2.0] * 5]
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_blocking_all_reduce_of_a_tensor_changed_in_place(n):
+    s = n * (n + 1) / 2
+    m = (np.arange(6.).reshape(2, 3) * s * n).T.tolist()
+    for out in run(R.same_tensor_changed, n, "commrt"):
+        assert out == [[s * n] * 2, [s] * 4, [s] * 2, [True] + [int(s) << 24] * 2, [s] * 3, m], out
+
+
 def test_futures_are_completed_on_the_worker_only_without_python_callbacks():
     (out, t0), (_, t1) = run(R.futures_on_the_worker, 2, "commrt")
     then_thread, (collect_thread, err) = out
