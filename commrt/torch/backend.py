@@ -12,8 +12,9 @@ Every operation maps onto one commrt collective or point-to-point call
 NumPy fast paths, and returns a completed Work.  True (DDP's buckets,
 ``async_op=True``): the collective queues on the communicator's own worker
 (commrt's async collectives, in call order) and its done-callback, on that
-worker, copies results where they belong and completes the Work's Future;
-DDP's communication hooks chain on that Future.  No lock is held while
+worker, copies results where they belong and completes the Work's Future
+(or hands that to a completer thread once Python code has chained on it:
+see _Fut); DDP's communication hooks chain on that Future.  No lock is held while
 waiting.  commrt's errors reach torch as DistBackendError (a RuntimeError)
 with commrt's error as ``__cause__``.
 """
