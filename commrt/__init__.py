@@ -1,6 +1,7 @@
 """commrt: a communication runtime for distributed deep-learning training.
 
-``import commrt`` stays light: NumPy and the compiled transport load here;
+``import commrt`` stays light: the compiled transport loads at init(), NumPy
+at the first collective call with data (init() and a barrier need none);
 Numba, CuPy, the training engine and the collectives load when first used.
 """
 from commrt.errors import (  # noqa: F401

@@ -2,6 +2,7 @@
 
     python -m commrt.bench launch                 # 8 ranks, 5 interleaved rounds
     python -m commrt.bench launch -n 4 --rounds 3 --no-peers
+    python -m commrt.bench launch --peers mpirun   # leave torchrun out (~15 s a job)
 
 Each launcher runs a job whose ranks initialise, do one barrier and exit:
 ``commrt.init()`` + ``comm.barrier()`` (a ring exchange if the collectives
@@ -49,8 +50,8 @@ dist.destroy_process_group()
 """
 
 
-def launchers(nprocs, workdir, peers):
-    """name -> argv of each launcher that is installed."""
+def launchers(nprocs, workdir, peers=("mpirun", "torchrun")):
+    """name -> argv of commrt-launch and of each launcher of `peers` that is installed."""
     def job(name, text):
         path = os.path.join(workdir, name)
         with open(path, "w") as f:
@@ -61,11 +62,11 @@ def launchers(nprocs, workdir, peers):
                                job("commrt_job.py", COMMRT_JOB)]}
     if not peers:
         return found
-    if shutil.which("mpirun") and _importable("mpi4py"):
+    if "mpirun" in peers and shutil.which("mpirun") and _importable("mpi4py"):
         root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
         found["mpirun"] = ["mpirun", *root, "--oversubscribe", "-np", str(nprocs),
                            sys.executable, job("mpi_job.py", MPI_JOB)]
-    if _importable("torch"):
+    if "torchrun" in peers and _importable("torch"):
         found["torchrun"] = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                              "--nproc-per-node", str(nprocs), job("torch_job.py", TORCH_JOB)]
     return found
@@ -134,8 +135,14 @@ def main(argv=None):
     parser.add_argument("-n", "--nprocs", type=int, default=8, help="ranks per job (default 8)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--no-peers", action="store_true", help="only commrt-launch")
+    parser.add_argument("--peers", default="mpirun,torchrun",
+                        help="launchers to time beside commrt-launch (default mpirun,torchrun)")
     parser.add_argument("--timeout", type=float, default=120.0, help="per job, seconds")
     args = parser.parse_args(argv)
+    peers = () if args.no_peers else tuple(p for p in args.peers.split(",") if p)
+    unknown = sorted(set(peers) - {"mpirun", "torchrun"})
+    if unknown:
+        parser.error(f"--peers: unknown launcher(s) {', '.join(unknown)} (known: mpirun, torchrun)")
 
     stale = stale_bytecode()
     if stale:
@@ -144,7 +151,7 @@ def main(argv=None):
               f"(e.g. {os.path.relpath(stale[0])}); `pip install -e .` again, or `python -m "
               f"compileall -q commrt kernels launcher`, writes it", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="commrt-bench-launch-") as workdir:
-        commands = launchers(args.nprocs, workdir, not args.no_peers)
+        commands = launchers(args.nprocs, workdir, peers)
         samples = {name: [] for name in commands}
         cpu = {name: [] for name in commands}
         time_once(commands["commrt-launch"], args.timeout)  # warm the page cache, once

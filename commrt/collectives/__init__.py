@@ -46,8 +46,6 @@ import pickle
 from threading import get_ident as _get_ident
 from collections.abc import Mapping
 
-import numpy as np
-
 from commrt.collectives import _small, plans, registry
 
 # Import every algorithm package now, before the functions below are defined:
@@ -65,11 +63,27 @@ from commrt.collectives.gather import linear as _gather_linear
 from commrt.collectives.ops import AVG, SUM, ReduceOp
 from commrt.collectives.reduction import Reduction
 from commrt.errors import CollectiveMismatchError
-from commrt.kernels.bfloat16 import BFLOAT16
 from commrt.transport.buffers import describe as _describe
 from commrt.transport.buffers import host_array as _host_array
+from commrt import _lazy
 
-_ndarray = np.ndarray
+np = _lazy.module("numpy", globals(), "np")     # loaded on first use: a barrier needs none
+
+
+class _NoArrays:
+    """Stands for np.ndarray until NumPy is loaded: nothing is an instance."""
+
+
+_ndarray = _NoArrays      # np.ndarray once loaded (_arrays): the fast paths compare with it
+
+
+def _arrays(numpy):
+    global _ndarray
+    _ndarray = numpy.ndarray
+
+
+_lazy.when_loaded("numpy", _arrays)
+
 _SEQ_MASK = (1 << 40) - 1                   # the fingerprint's sequence field (fingerprint.pack)
 
 __all__ = ["barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter",
@@ -102,6 +116,8 @@ def _noop():
 def _host(buf, name, write_back):
     """(flat host array, finish) for a buffer; finish() copies staged data back.
     NumPy arrays here; everything else through the one buffer function."""
+    if _ndarray is _NoArrays:               # the first call with data: NumPy now
+        _lazy.load("numpy")
     if isinstance(buf, _ndarray):
         if buf.flags.f_contiguous and not buf.flags.c_contiguous:
             return _fortran(buf, write_back, name)
@@ -143,6 +159,7 @@ def _reducer(comm, op, dtype):
 
 
 def _make_reducer(comm, st, op, dtype):
+    from commrt.kernels.bfloat16 import BFLOAT16
     from commrt.kernels.reduce import check_op_dtype
 
     op = ReduceOp.parse(op)
@@ -234,6 +251,8 @@ def _plan_key(kind, algorithm, timeout, async_op, root, a, b=_noop):
     (Written out: it runs on every call of the planned path, ~1 µs in all.)"""
     if algorithm is not None or timeout is not None or async_op or type(root) is not int:
         return None
+    if _ndarray is _NoArrays:               # the first call with data: NumPy now
+        _lazy.load("numpy")
     if type(a) is _ndarray:
         sa, da = a.shape, a.dtype
     elif a is None:

@@ -35,10 +35,11 @@ the step's requests and the call over to a Call with the same sequence
 number, which waits, probes, reports mismatches and lost peers exactly as
 the general path does.
 """
-import numpy as np
+from commrt import _lazy
 
 from commrt.collectives.call import Call
 from commrt.collectives.fingerprint import DTYPE_CODE, SEQ_MASK, TAG, algo_code, kind_code, pack
+np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 ALGO = "recursive_doubling"
 MAX_PLANS = 64          # distinct (shape, dtype, op) kept per communicator
@@ -70,7 +71,7 @@ class Plan:
         self.base, self.meta2 = pack(0, kind_code(kind), algo_code(kind, algo), self.count,
                          DTYPE_CODE[buf.dtype] if kernel is not None else 0,
                          op.value if op is not None else 0, 0)
-        self.tmp = np.empty_like(buf)
+        self.tmp = np.empty_like(buf) if kernel is not None else buf   # barrier: 0 bytes
         self.steps = steps
         self.nsteps = len(steps)
         hooks = [0] * len(steps)
@@ -181,8 +182,8 @@ def prepare_barrier(comm, st):
     from commrt.collectives.barrier.dissemination import schedule
 
     steps = [(snd.peer, rcv.peer, True) for snd, rcv in _pairs(schedule(comm.size, comm.rank))]
-    plan = Plan(comm, st, "barrier", "dissemination", np.zeros(0, np.uint8), None, None, None,
-                False, steps)
+    plan = Plan(comm, st, "barrier", "dissemination", memoryview(bytearray(0)), None, None,
+                None, False, steps)
     _keep(st, "barrier", plan)
     return plan
 

@@ -44,9 +44,10 @@ Rules the algorithms follow (and this module enforces):
 The fingerprint's codec is fingerprint.py, the per-communicator state and
 the async worker state.py, the chunking helpers chunking.py.
 """
+import array
 import time
 
-import numpy as np
+from commrt import _lazy
 
 from commrt.collectives.fingerprint import (DTYPE_CODE, PROBE_TAG, SEQ_MASK, TAG, algo_code,
                                             describe_meta, diff, kind_code, pack)
@@ -55,6 +56,7 @@ from commrt.comm import check_timeout
 from commrt.errors import (AbortedError, CollectiveMismatchError, CommError, CommTimeoutError,
                            ConcurrentCollectiveError, FailureCode, MessageTruncatedError,
                            PeerLostError)
+np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 
 # -- one call ------------------------------------------------------------------------
@@ -402,7 +404,7 @@ class Call:
         """Tell `peer` what we are waiting in, and answer probes sent to us."""
         st = self.state
         if peer is not None:
-            msg = np.array([self.meta, self.meta2], np.uint64)
+            msg = array.array("Q", (self.meta, self.meta2))     # uint64, as probe_buf
             try:
                 self.chan.isend(msg, peer, PROBE_TAG, self.meta, self.meta2)
             except CommError:

@@ -57,10 +57,11 @@ import socket
 import time
 from dataclasses import asdict, dataclass, replace
 
-import numpy as np
+from commrt import _lazy
 
 from commrt import config
 from commrt.rendezvous import netif
+np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 
 # 7: γ of the C combine loop, not Numba's; 6: the network class (α_net, β_net) and

@@ -4,9 +4,7 @@ dtype, root, count.  Kinds are "none", the registry's collectives and the
 internal kinds; algorithm codes come from the registry
 (collectives/registry.py), which checks they fit.
 """
-import numpy as np
-
-from commrt.kernels.bfloat16 import BFLOAT16
+from commrt import _lazy
 
 TAG = 7           # collective traffic on the channel's context
 PROBE_TAG = 8     # mismatch probes
@@ -48,10 +46,23 @@ def algo_code(kind, algo):
     return registry.code(kind, algo)
 
 
-DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
-                                np.uint16, np.uint32, np.uint64, np.float16, np.float32,
-                                np.float64, np.complex64, np.complex128)] + [BFLOAT16]
-DTYPE_CODE = {d: i + 1 for i, d in enumerate(DTYPES)}
+# The dtype table is filled once NumPy is loaded (a barrier and init() need no
+# NumPy; a call with an array has loaded it before it looks a dtype up here).
+DTYPES = []
+DTYPE_CODE = {}
+
+
+def _dtypes(np):
+    from commrt.kernels.bfloat16 import BFLOAT16
+
+    DTYPES[:] = [np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
+                                       np.uint8, np.uint16, np.uint32, np.uint64, np.float16,
+                                       np.float32, np.float64, np.complex64,
+                                       np.complex128)] + [BFLOAT16]
+    DTYPE_CODE.update({d: i + 1 for i, d in enumerate(DTYPES)})
+
+
+_lazy.when_loaded("numpy", _dtypes)
 
 OP_NAMES = ("-", "SUM", "PROD", "MIN", "MAX", "AVG", "LAND", "LOR", "BAND", "BOR", "BXOR")
 

@@ -34,12 +34,13 @@ peer after another), whose plan is therefore only made, beyond N = 2 (one
 peer: matched in step 0), for blocks small enough to be sent eagerly
 (COMMRT_EAGER_LIMIT), which complete as posted.
 """
-import numpy as np
+from commrt import _lazy
 
 from commrt import config
 from commrt.collectives import _small
 from commrt.collectives.call import Call, Recv
 from commrt.collectives.fingerprint import DTYPE_CODE, SEQ_MASK, TAG, algo_code, kind_code, pack
+np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 RECV, SEND, COPY = 0, 1, 2          # chain message kinds (transport/chain.pxi)
 BUF, IN, TMP = 0, 1, 2              # the output, the input, the plan's scratch

@@ -4,6 +4,7 @@ collectives in call order; ``execute`` runs one call now or on that worker;
 ``entry`` enforces the thread rule (one thread at a time inside the
 collectives of one communicator).
 """
+import array
 import collections
 import functools
 import logging
@@ -12,11 +13,12 @@ import sys
 import threading
 from threading import get_ident
 
-import numpy as np
+from commrt import _lazy
 
 from commrt import config
 from commrt.comm import check_timeout
 from commrt.errors import CommTimeoutError, ConcurrentCollectiveError
+np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 log = logging.getLogger("commrt")
 
@@ -44,7 +46,7 @@ class CommState:
         self.small = {}                          # prepared small all-reduces (_small.py)
         self.last_all_reduce = None              # the plan all_reduce ran last (its memo)
         self.memo = {}                           # kind: (key, plan) each _planned ran last
-        self.probe_buf = np.zeros(2, np.uint64)           # a probe: (meta, meta2)
+        self.probe_buf = array.array("Q", (0, 0))        # a probe: (meta, meta2), uint64
         # knobs, read once per communicator (a collective call must stay cheap)
         self.timeout = config.get("COMMRT_TIMEOUT")
         self.probe_s = config.get("COMMRT_COLL_PROBE_S")

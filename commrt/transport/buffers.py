@@ -22,7 +22,8 @@ be written.  Point-to-point takes buffer-protocol objects straight in C
 (``_core.pyx``) and comes here for everything else (``stage``); the
 collectives take NumPy arrays straight and come here for everything else.
 """
-import numpy as np
+from commrt import _lazy
+np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 __all__ = ["Buffer", "describe", "register", "stage"]
 

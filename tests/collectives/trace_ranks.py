@@ -32,6 +32,7 @@ def _place(view, a):
 
 def _record(call, direction, op, peer, view):
     if _LOG is not None:
+        view = np.asarray(view)     # a memoryview (the barrier's empty messages), as an array
         _LOG.append((direction, op, call.comm._world[peer], call.comm._ctx,
                      _place(view, _ARRAYS.get(direction)), view.size))
 

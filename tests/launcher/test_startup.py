@@ -1,5 +1,5 @@
 """What start-up needs and costs (docs/launcher.md "Start-up time"): commrt.init()
-imports no NumPy, and the launch benchmark can tell stale bytecode."""
+and a barrier import no NumPy, and the launch benchmark can tell stale bytecode."""
 import os
 import py_compile
 
@@ -19,6 +19,33 @@ def test_init_imports_no_numpy(script):
     out = launch(["-n", "3", prog], env=clean_env(COMMRT_TIMEOUT="30"), timeout=90)
     assert out.returncode == 0, out.stderr
     assert sorted(out.stdout.splitlines()) == [f"[{r}] False 3" for r in range(3)]
+
+
+def test_a_barrier_imports_no_numpy_and_arrays_work_after(script):
+    """The collectives load NumPy at their first call with data, not at import
+    nor for a barrier (planned or not, on 2 and 4 ranks); a NumPy imported
+    afterwards by the program is the one they use, fast paths included."""
+    prog = script("""
+        import commrt
+        comm = commrt.init()
+        comm.barrier()                      # the general path, then its plan
+        comm.barrier()
+        comm.barrier(timeout=30)            # the general path once more
+        before = "numpy" in sys.modules
+        import numpy as np
+        import commrt.collectives as coll
+        x = np.full(3, comm.rank + 1.0)
+        for _ in range(3):                  # general path, plan, planned fast path
+            y = x.copy()
+            comm.all_reduce(y)
+            assert (y == sum(range(1, comm.size + 1))).all(), y
+        print(before, coll._ndarray is np.ndarray, comm.size)
+        comm.close()
+        """)
+    for n in (2, 4):
+        out = launch(["-n", str(n), prog], env=clean_env(COMMRT_TIMEOUT="30"), timeout=90)
+        assert out.returncode == 0, out.stderr
+        assert sorted(out.stdout.splitlines()) == [f"[{r}] False True {n}" for r in range(n)]
 
 
 def test_fresh_bytecode_is_told_from_stale(tmp_path):

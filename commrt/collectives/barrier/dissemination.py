@@ -7,11 +7,9 @@ Cost: ceil(log2 N)·α.  Bytes: none (headers only).
 """
 import math
 
-import numpy as np
-
 from commrt.collectives.registry import Msg
 
-_EMPTY = np.zeros(0, np.uint8)
+_EMPTY = memoryview(b"")          # no NumPy: a first barrier needs none (docs/launcher.md)
 
 
 def cost(n, nbytes, p, comm=None):
@@ -31,7 +29,7 @@ def run(call):
     n, r = call.size, call.rank
     d = 1
     while d < n:
-        rv = call.irecv(np.zeros(0, np.uint8), (r - d) % n)
+        rv = call.irecv(memoryview(bytearray(0)), (r - d) % n)
         call.isend(_EMPTY, (r + d) % n)
         call.wait(rv)
         d <<= 1
