@@ -179,11 +179,11 @@ def prepare_rabenseifner(comm, st, buf, key, op, hook):
 def prepare_barrier(comm, st):
     """The dissemination barrier's Plan (barrier/dissemination.py): round k sends an
     empty message to r + 2^k and receives one from r - 2^k."""
-    from commrt.collectives.barrier.dissemination import schedule
+    from commrt.collectives.barrier.dissemination import Empty, schedule
 
     steps = [(snd.peer, rcv.peer, True) for snd, rcv in _pairs(schedule(comm.size, comm.rank))]
-    plan = Plan(comm, st, "barrier", "dissemination", memoryview(bytearray(0)), None, None,
-                None, False, steps)
+    plan = Plan(comm, st, "barrier", "dissemination", Empty(), None, None, None, False,
+                steps)      # Empty: not a memoryview, which the collector may clear
     _keep(st, "barrier", plan)
     return plan
 

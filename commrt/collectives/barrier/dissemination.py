@@ -9,7 +9,14 @@ import math
 
 from commrt.collectives.registry import Msg
 
-_EMPTY = memoryview(b"")          # no NumPy: a first barrier needs none (docs/launcher.md)
+
+class Empty(bytearray):
+    """A barrier's empty message: no NumPy for a first barrier (docs/launcher.md),
+    and not a memoryview, which the garbage collector may clear while the engine
+    holds an export of it ("memoryview has 2 exported buffers", then SIGSEGV): the
+    collector clearing this (no slots, no dict) leaves a bytearray's storage alone."""
+    __slots__ = ()
+    nbytes = 0
 
 
 def cost(n, nbytes, p, comm=None):
@@ -29,7 +36,7 @@ def run(call):
     n, r = call.size, call.rank
     d = 1
     while d < n:
-        rv = call.irecv(memoryview(bytearray(0)), (r - d) % n)
-        call.isend(_EMPTY, (r + d) % n)
+        rv = call.irecv(Empty(), (r - d) % n)
+        call.isend(Empty(), (r + d) % n)
         call.wait(rv)
         d <<= 1
