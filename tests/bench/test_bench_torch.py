@@ -32,4 +32,4 @@ def test_bench_torch_runs_both_backends_and_prints_the_targets(tmp_path):
     assert all(ln.endswith(": met") or ln.endswith(": NOT met") for ln in targets), targets
     data = json.loads((tmp_path / "b.json").read_text())
     assert {"commrt/all_reduce", "gloo/all_reduce", "commrt/native_all_reduce",
-            "commrt/noop_dispatch", "commrt/ddp_cnn", "gloo/ddp_cnn"} <= set(data["2"]), data
+            "commrt/noop_dispatch", "commrt/dispatch_all_reduce", "commrt/ddp_cnn", "gloo/ddp_cnn"} <= set(data["2"]), data
