@@ -50,9 +50,18 @@ def gloo_params(tmp_path_factory):
     cache = {}
 
     def get(launcher, n):
-        if n not in cache:
+        for attempt in range(2):
+            if n in cache:
+                break
             out = str(tmp_path_factory.mktemp(f"gloo{n}") / "gloo.npz")
-            cache[n] = launch(launcher, n, "gloo", out)[0]
+            try:
+                cache[n] = launch(launcher, n, "gloo", out)[0]
+            except AssertionError:
+                # gloo's own rank now and then aborts as it ends ("terminate called
+                # without an active exception", SIGABRT; seen once at N=4 under
+                # torchrun): the reference is run again, once; commrt's runs never are
+                if attempt:
+                    raise
         return cache[n]
     return get
 
