@@ -127,11 +127,11 @@ class Job:
         self.liveness_s = _liveness_timeout(spec.env)   # a rank stopped this long is the cause
         self.verdict_window_s = min(2 * _knob(spec.env, "COMMRT_HEARTBEAT_S"),
                                     _VERDICT_WINDOW_MAX_S)
-        self.verdict_at = None      # when to judge an unresponsive rank, once reported
+        self.judge_at = None        # a verdict waiting for more evidence: until when,
+        self.judge = None           # and the method that gives it (runs at every reap)
         self.accused_order = []     # accused ranks, in the order their accusations were read
         self.first_silent = None    # the unresponsive rank the first report named
         self.aborter = None         # a live rank its victims name as the one that aborted
-        self.aborter_by = None      # until when to wait for its own exit
         self.stop_reason = None     # why we are stopping, if we are
         self.exit_code = 0
         self.kill_at = None
@@ -360,8 +360,7 @@ class Job:
         wait = 1.0  # also a safety net should a SIGCHLD be missed
         for t in (deadline if self.stop_reason is None else None, self.kill_at, drain_until,
                   start_by if self.stop_reason is None else None,
-                  self.verdict_at if self.stop_reason is None else None,
-                  self.aborter_by if self.stop_reason is None else None):
+                  self.judge_at if self.stop_reason is None else None):
             if t is not None:
                 wait = min(wait, max(t - now, 0.0))
         return wait
@@ -424,11 +423,8 @@ class Job:
             self._drain(sel, r)  # its last words, before we judge who failed first
         if self.failed is not None or self.stop_reason is not None:
             return
-        if self.verdict_at is not None:         # collecting the ranks' accusations
-            self._judge_unresponsive()
-            return
-        if self.aborter is not None:            # waiting for the aborting rank's own end
-            self._judge_aborter()
+        if self.judge is not None:              # a verdict waiting for more evidence
+            self.judge()
             return
         failures = [r for r in ended if r.returncode != 0]
         if not failures:
@@ -438,13 +434,14 @@ class Job:
             if _proc_state(silent) == "T":      # a stopped process is the cause outright
                 self._blame_unresponsive(silent, self._accusers(silent.rank))
                 return
-            self.verdict_at = time.monotonic() + self.verdict_window_s
+            self._await(self.verdict_window_s, self._judge_unresponsive)
             self.first_silent = silent.rank
             self._judge_unresponsive()
             return
         aborter = self._live_aborter(failures)
         if aborter is not None:
-            self.aborter, self.aborter_by = aborter, time.monotonic() + _ABORTER_WAIT_S
+            self.aborter = aborter
+            self._await(_ABORTER_WAIT_S, self._judge_aborter)
             self._judge_aborter()
             return
         failures += self._blamed_peers(sel, failures)
@@ -470,6 +467,10 @@ class Job:
         stopped = [p for p in found if _proc_state(p) == "T"]
         return (stopped or found or [None])[0]
 
+    def _await(self, window_s, judge):
+        """Give the verdict by judge() within window_s; it runs at every reap till then."""
+        self.judge_at, self.judge = time.monotonic() + window_s, judge
+
     def _live_aborter(self, failures):
         """A rank still running that the failed ones' errors name as the rank that
         called abort (AbortedError's culprit): the cause, however late it ends."""
@@ -488,9 +489,9 @@ class Job:
         or the wait has passed: its victims often end first, on a loaded host by
         more than _BLAME_WAIT_S, and must not be named in its place."""
         peer = self.aborter
-        if peer.returncode is None and time.monotonic() < self.aborter_by:
+        if peer.returncode is None and time.monotonic() < self.judge_at:
             return
-        self.aborter = self.aborter_by = None
+        self.aborter = self.judge_at = self.judge = None
         self.failed = peer
         if peer.returncode is None:
             self.failed_how = "aborted the job (commrt.errors.AbortedError names it)"
@@ -523,10 +524,10 @@ class Job:
         names the rank that told it before the culprit), a rank's process is seen
         stopped, or the window has passed; until then, wait."""
         stopped = {r.rank for r in self.ranks if r.returncode is None and _proc_state(r) == "T"}
-        if not (stopped or not self._alive() or time.monotonic() >= self.verdict_at):
+        if not (stopped or not self._alive() or time.monotonic() >= self.judge_at):
             return
         accusations = self._accusations()
-        self.verdict_at = None
+        self.judge_at = self.judge = None
         remote = {r.rank for r in self.ranks if r.remote}
         best = cut_off_rank({q: a for q, (_, a) in accusations.items()}, self.accused_order,
                             stopped, remote)
