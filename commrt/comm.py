@@ -59,7 +59,14 @@ class Channel:
                                    derived from, or None (cost parameters are shared)
         isend(buf, dst, tag, meta, meta2) -> Request   (meta, meta2: the two header
                                    words that carry the call's fingerprint)
-        irecv(buf, src, tag) -> Request          (src -1: any)
+        irecv(buf, src, tag, copier=0) -> Request   (src -1: any; copier: who copies
+                                   a shared-memory peer's large message, where the
+                                   OS permits: 0 the transport's choice, RECEIVER
+                                   this rank, from the sender's buffer, at any size
+                                   (a scatter's receivers: the root's core copies
+                                   nothing for them), SENDER the sender, into buf
+                                   (a gather's root: its core copies only its own
+                                   block); the same message either way)
         irecv_reduce(buf, src, tag, meta, hook, meta2) -> Request
                                    a receive that combines the message into buf as
                                    it lands with the C loop at hook, and only the
@@ -101,7 +108,11 @@ class Channel:
     def isend(self, buf, dst, tag, meta=0, meta2=0):
         return self._coll.isend(buf, dst, tag, meta=meta, meta2=meta2)
 
-    def irecv(self, buf, src, tag):
+    RECEIVER, SENDER = 1, 2         # irecv's copier (transport Engine.irecv)
+
+    def irecv(self, buf, src, tag, copier=0):
+        if copier:
+            return self._coll._irecv_copier(buf, src, tag, copier)
         return self._coll.irecv(buf, src, tag)
 
     def irecv_reduce(self, buf, src, tag, meta, hook, meta2=0):
@@ -214,6 +225,11 @@ class Communicator:
         return self._engine.exchange(sendbuf, self._peer(dst, "dst"), recvbuf,
                                      self._peer(src, "src"), self._ctx, tag, meta, wait,
                                      self._rank_of, hook, isz, meta2)
+
+    def _irecv_copier(self, buf, src, tag, copier):
+        """irecv saying which process copies a large shared-memory message
+        (transport Engine.irecv's copier: 1 this rank, 2 the sender)."""
+        return self._engine.irecv(buf, self._src(src), self._ctx, tag, self._rank_of, copier)
 
     def _irecv_reduce(self, buf, src, tag, meta, hook, meta2=0):
         """A receive that combines the message into buf as it lands, with the C loop

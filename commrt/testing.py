@@ -84,6 +84,11 @@ class World:
         self._server = None
         self.broken = None
 
+    @property
+    def env(self):
+        """The extra environment every rank was given (a copy)."""
+        return dict(self._env)
+
     def __enter__(self):
         self.start()
         return self

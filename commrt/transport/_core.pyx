@@ -182,6 +182,10 @@ cdef class Request:
         return f"<Request {self.op} {who} tag={self.r.tag} {self.r.cap} B {state}>"
 
 
+COPY_BY_RECEIVER = COPIER_RECEIVER    # irecv(copier=...): who copies a large shm message
+COPY_BY_SENDER = COPIER_SENDER
+
+
 cdef class Engine:
     """The transport of one rank: channels to every peer, matching, progress.
 
@@ -212,6 +216,7 @@ cdef class Engine:
     cdef eng_t *E
     cdef object __weakref__     # the fork handler's registry of engines
     cdef set live
+    cdef list lent              # failed receives a lost peer might still write into: kept
     cdef readonly int rank
     cdef readonly int size
     cdef readonly double default_timeout
@@ -235,6 +240,7 @@ cdef class Engine:
         self.size = size
         self.default_timeout = timeout
         self.live = set()
+        self.lent = []
         self.E.rank = rank
         self.E.size = size
         self.E.eager_limit = eager_limit
@@ -483,13 +489,22 @@ cdef class Engine:
         self._post(q, True)
         return q
 
-    def irecv(self, buf, int src=-1, uint32_t ctx=0, int tag=-1, rank_of=None):
-        """Post a receive (src/tag -1: any); returns a Request."""
+    def irecv(self, buf, int src=-1, uint32_t ctx=0, int tag=-1, rank_of=None, int copier=0):
+        """Post a receive (src/tag -1: any); returns a Request.  copier: which
+        process copies a large message from a shared-memory peer, where
+        process_vm_readv/writev are permitted: 0 the transport's choice
+        (streamed through the ring below COMMRT_CMA_MIN_BYTES, both cores
+        copying; read by this rank from there up), COPIER_RECEIVER (1) this
+        rank reads it from the sender's buffer at any size, COPIER_SENDER (2)
+        the sender writes it into buf.  Other channels ignore it."""
         if src != -1:
             self._check_rank(src, "src")
         if tag < -1:
             raise ValueError(f"tag must be >= 0 or ANY_TAG, got {tag}")
         q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
+        if copier not in (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER):
+            raise ValueError(f"copier must be 0, 1 (receiver) or 2 (sender), got {copier}")
+        q.r.copier = copier
         self._post(q, True)
         return q
 
@@ -708,6 +723,8 @@ cdef class Engine:
             r = head
             head = r.done_next
             r.done_next = NULL
+            if r.lent:                      # its sender may still write into its buffer
+                self.lent.append(<object>r.pyobj)
             self.live.discard(<object>r.pyobj)
 
     def progress(self):

@@ -12,8 +12,11 @@
 # receive, and calls the step's completion hook, before going on.
 #
 # A message sends, receives or locally copies a byte range of one of three
-# buffers (a copy: from another range, done as its step is posted, before
-# its sends: an all-gather's own block, a reduce-scatter's start): the
+# buffers (a copy: from another range, done as its step is posted: before
+# the step's messages where it touches one of them -- an all-gather's own
+# block that it then sends, a reduce-scatter's start that it combines into
+# -- else right after posting them, so that a large copy overlaps the
+# peers' side of the transfers -- a gather's or scatter's own block): the
 # in/out buffer (B_BUF, bound at each run, writable), the input buffer (B_IN,
 # bound at each run, only sent from: a gather's or all-to-all's source) and
 # tmp (B_TMP, bound at set-up: scratch).  A receive may combine as the data
@@ -72,6 +75,7 @@ cdef struct msg_t:
     combine_fn rhook    # a receive that combines with this loop (NULL: copies)
     int src_where       # M_COPY: from [src_off, +len) of this buffer
     uint64_t src_off
+    int copier          # M_RECV: which process copies a large shm message (req_t.copier)
     req_t *q            # NULL for a copy
 
 
@@ -95,18 +99,53 @@ cdef inline void reset_req(req_t *r, uint64_t meta, uint64_t meta2) noexcept nog
     r.prev = NULL
     r.done_next = NULL
     r.nbytes = r.cap if r.kind == K_SEND else 0
+    r.slot = 0
+
+
+cdef inline bint spans_meet(const char *a, uint64_t alen, const char *b, uint64_t blen) noexcept nogil:
+    return alen and blen and a < b + blen and b < a + alen
+
+
+cdef bint copy_first(step_t *s, msg_t *msgs, char **bases, int c) noexcept nogil:
+    """Whether copy c must be done before the step's messages are posted: it
+    writes what a send of the step sends or a receive of the step fills, or
+    reads what a receive fills (compared in memory: the in/out and input
+    buffers may be one)."""
+    cdef char *dst = bases[msgs[c].where] + msgs[c].off
+    cdef char *src = bases[msgs[c].src_where] + msgs[c].src_off
+    cdef uint64_t n = msgs[c].len
+    cdef char *at
+    cdef int j
+    for j in range(s.first, s.first + s.nmsg):
+        if msgs[j].kind == M_COPY:
+            continue
+        at = bases[msgs[j].where] + msgs[j].off
+        if spans_meet(dst, n, at, msgs[j].len):
+            return True
+        if msgs[j].kind == M_RECV and spans_meet(src, n, at, msgs[j].len):
+            return True
+    return False
 
 
 cdef inline void post_step(eng_t *E, step_t *s, msg_t *msgs, char **bases, uint64_t meta,
                            uint64_t meta2) noexcept nogil:
+    """Post a step's messages.  Its local copies are done after posting where
+    they touch none of the step's messages (a gather's or scatter's own
+    block, an all-to-all's): a large copy then overlaps the peers' transfers
+    (a receiver pulling a scatter's block, a sender's RTS answered) instead
+    of holding them back; else before, as the schedule orders them."""
     cdef int j
+    cdef int late = 0
     cdef req_t *q
     for j in range(s.first, s.first + s.nmsg):
         q = msgs[j].q
         if msgs[j].kind == M_COPY:
             if msgs[j].len:
-                memmove(bases[msgs[j].where] + msgs[j].off,
-                        bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
+                if copy_first(s, msgs, bases, j):
+                    memmove(bases[msgs[j].where] + msgs[j].off,
+                            bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
+                else:
+                    late += 1
         elif msgs[j].kind == M_SEND:
             reset_req(q, meta, meta2)
         else:
@@ -120,6 +159,11 @@ cdef inline void post_step(eng_t *E, step_t *s, msg_t *msgs, char **bases, uint6
         elif msgs[j].kind == M_RECV:
             post_recv(E, msgs[j].q)
     pthread_mutex_unlock(&E.lock)
+    if late:
+        for j in range(s.first, s.first + s.nmsg):
+            if msgs[j].kind == M_COPY and msgs[j].len and not copy_first(s, msgs, bases, j):
+                memmove(bases[msgs[j].where] + msgs[j].off,
+                        bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
 
 
 cdef inline bint step_clean(step_t *s, msg_t *msgs, uint64_t meta, uint64_t meta2) noexcept nogil:
@@ -280,6 +324,7 @@ cdef class ExchangeChain:
         if m.kind == M_RECV:
             q.r.hook = m.rhook
             q.r.itemsize = self.itemsize
+            q.r.copier = m.copier
         self.reqs[k] = q
         m.q = &q.r
 
@@ -340,6 +385,8 @@ cdef class ExchangeChain:
                                                       else self.bound)
             if q.r.state < S_DONE:
                 self.eng.live.add(q)
+            elif q.r.lent:                  # a lost peer might still write into it (shm.pxi)
+                self.eng.lent.append(q)
             out.append(q)
             self._fresh(k)
         self.detached = out
@@ -435,22 +482,22 @@ cdef class ExchangeChain:
 
 
 cdef list _chain_messages(steps):
-    """Every step as ([(kind, peer, where, off, len, rhook, src_where, src_off)], hook)."""
+    """Every step as ([(kind, peer, where, off, len, rhook, src_where, src_off, copier)], hook)."""
     out = []
     for st in steps:
         if len(st) == 3:                    # (dst, src, hook): tmp in, the in/out buffer out
-            out.append(([(M_RECV, st[1], B_TMP, 0, -1, 0, 0, 0),
-                         (M_SEND, st[0], B_BUF, 0, -2, 0, 0, 0)], st[2]))
+            out.append(([(M_RECV, st[1], B_TMP, 0, -1, 0, 0, 0, 0),
+                         (M_SEND, st[0], B_BUF, 0, -2, 0, 0, 0, 0)], st[2]))
         elif len(st) == 7:                  # ranged: (dst, src, s_off, s_len, r_off, r_len, rhook)
-            out.append(([(M_RECV, st[1], B_BUF, st[4], st[5], st[6], 0, 0),
-                         (M_SEND, st[0], B_BUF, st[2], st[3], 0, 0, 0)], 0))
+            out.append(([(M_RECV, st[1], B_BUF, st[4], st[5], st[6], 0, 0, 0),
+                         (M_SEND, st[0], B_BUF, st[2], st[3], 0, 0, 0, 0)], 0))
         elif len(st) == 2 and isinstance(st[0], (list, tuple)):
-            out.append(([tuple(m) + (0, 0)[len(m) - 6:] if len(m) >= 6 else tuple(m)
+            out.append(([tuple(m) + (0, 0, 0)[len(m) - 6:] if len(m) >= 6 else tuple(m)
                          for m in st[0]], st[1]))
         else:
             raise ValueError(f"a chain step is (dst, src, hook), (dst, src, s_off, s_len, r_off, "
                              f"r_len, rhook) or ([(kind, peer, where, off, len, rhook[, src_where, "
-                             f"src_off])...], hook), "
+                             f"src_off[, copier]])...], hook), "
                              f"got {st!r}")
     return out
 
@@ -472,10 +519,13 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
     for msgs, hook in parsed:
         uses_buf = uses_buf or bool(hook)
         for msg in msgs:
-            if len(msg) != 8 or msg[0] not in (M_RECV, M_SEND, M_COPY) \
-                    or msg[2] not in (B_BUF, B_IN, B_TMP) or msg[6] not in (B_BUF, B_IN, B_TMP):
+            if len(msg) != 9 or msg[0] not in (M_RECV, M_SEND, M_COPY) \
+                    or msg[2] not in (B_BUF, B_IN, B_TMP) or msg[6] not in (B_BUF, B_IN, B_TMP) \
+                    or msg[8] not in (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER) \
+                    or (msg[8] and msg[0] != M_RECV):
                 raise ValueError(f"a chain message is (kind 0 recv/1 send/2 copy, peer, where "
-                                 f"0/1/2, off, len, rhook[, src_where, src_off]), got {msg!r}")
+                                 f"0/1/2, off, len, rhook[, src_where, src_off[, copier 0/1/2 "
+                                 f"(recv only)]]), got {msg!r}")
             if msg[0] != M_COPY:
                 eng._check_rank(msg[1], "dst" if msg[0] == M_SEND else "src")
             if msg[2] == B_IN and msg[0] != M_SEND:
@@ -516,7 +566,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
         ch.steps[i].first = k
         ch.steps[i].nmsg = len(msgs)
         ch.steps[i].hook = <combine_fn><size_t>hook
-        for kind, peer, where, off, length, rhook, src_where, src_off in msgs:
+        for kind, peer, where, off, length, rhook, src_where, src_off, copier in msgs:
             if length == -1:                # the legacy whole-buffer step's sizes
                 length = tmp_len
             elif length == -2:
@@ -536,6 +586,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
             m.len = length
             m.src_where = src_where
             m.src_off = src_off
+            m.copier = copier
             m.rhook = NULL
             if kind == M_RECV:
                 m.rhook = <combine_fn><size_t>rhook

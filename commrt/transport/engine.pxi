@@ -333,6 +333,7 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
     cdef req_t *r
     cdef umsg_t *u
     cdef int op = h.opcode
+    cdef int rc
     if op == OP_EAGER:
         count_recv(p, h)
         if not charge(E, p, h):
@@ -373,6 +374,10 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         if r == NULL:
             peer_lost(E, p, E_PEER_LOST, b"protocol error: CTS for no waiting send")
             return
+        if (h.meta & 0xff) == CTS_PUSH and p.ops.push != NULL:
+            rc = p.ops.push(E, p, r, h)
+            if rc == PUSH_WRITTEN or rc == PUSH_REFUSED:
+                return                      # completed; or still waiting, as before
         dlist_remove(&p.await_head, r)
         r.state = S_ACTIVE
         send_data(E, p, r, h.addr)
@@ -392,6 +397,15 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         if r.moved >= r.nbytes:
             dlist_remove(&p.rxact_head, r)
             complete(E, r, E_NONE)
+    elif op == OP_FIN and h.meta == FIN_PUSHED:     # our receive was written by its sender
+        r = find_by_id(p.rxact_head, h.cookie)
+        if r == NULL or r.slot == 0:
+            peer_lost(E, p, E_PEER_LOST, b"protocol error: FIN for no pushed receive")
+            return
+        dlist_remove(&p.rxact_head, r)
+        r.slot = 0
+        r.moved = r.nbytes
+        complete(E, r, E_NONE)
     elif op == OP_FIN:
         r = find_by_id(p.await_head, h.cookie)
         if r == NULL:
@@ -522,7 +536,8 @@ cdef uint64_t no_memory(peer_t *p) noexcept nogil:
 
 cdef chan_ops_t SELF_OPS = chan_ops_t(
     name=b"self", remote=False, polled_fd=False, chunked=False, overtake=False, post=self_send, put=NULL,
-    flush=self_flush, poll=NULL, on_event=NULL, arm=NULL, pull=NULL, beat=NULL, beat_lockfree=False, heard=NULL,
+    flush=self_flush, poll=NULL, on_event=NULL, arm=NULL, pull=NULL, push=NULL, disarm=NULL, beat=NULL,
+    beat_lockfree=False, heard=NULL,
     memory=no_memory, unsent=NULL, release=NULL)
 
 
@@ -734,6 +749,12 @@ cdef void peer_lost(eng_t *E, peer_t *p, int err, const char *reason) noexcept n
         free(f)
     p.held_tail = NULL
     fail_list(E, &p.await_head, err, p.rank)
+    if p.ops.disarm != NULL:
+        r = p.rxact_head
+        while r != NULL:
+            if r.slot:
+                p.ops.disarm(E, p, r)
+            r = r.next
     fail_list(E, &p.rxact_head, err, p.rank)
     if p.rx_req != NULL:
         fail(E, p.rx_req, err, p.rank)

@@ -18,6 +18,22 @@
 # answers FIN.  Where that is not permitted, the receiver answers CTS and the
 # sender streams DATA chunks through the ring (two copies, pipelined).
 #
+# Who copies is the receive's choice (req_t.copier) where the layer above
+# knows better than the size: COPIER_RECEIVER reads with process_vm_readv at
+# any size; COPIER_SENDER has the sender write with process_vm_writev (a
+# gather's root: its core then copies only its own block while the senders
+# write theirs).  A push must never land once the receive has failed (its
+# buffer may be freed and reused), so it goes through a push slot in the
+# control page that the receiver owns: it arms slot k with (receive id,
+# ARMED) and answers CTS carrying k and its buffer's address; the sender
+# moves the slot ARMED -> WRITING with a compare-and-swap, writes, frees the
+# slot and answers FIN (FIN_PUSHED).  A receiver that loses the peer takes
+# the slot back ARMED -> free with a compare-and-swap, so a sender that
+# comes to the CTS later finds it gone and writes nothing; if the sender is
+# WRITING it waits for the write (100 ms at most: else the buffer is lent,
+# kept alive for good).  Where writing is not permitted the sender frees
+# the slot and streams the message instead (CTS/DATA).
+#
 # A reduce-receive (req_t.hook) combines instead of copying: a DATA chunk
 # straight from the ring, a CMA message a piece at a time through a bounce
 # buffer that stays in cache (cma_combine), so the received bytes are read
@@ -35,6 +51,12 @@ cdef enum:
     OFF_TAIL1 = 448
     OFF_BEAT0 = 512         # heartbeat counters, one per side (the beat thread bumps its own)
     OFF_BEAT1 = 576
+    OFF_PUSH0 = 1024        # push slots of writes into side 0 (PUSH_SLOTS words), then side 1's
+    OFF_PUSH1 = 2048
+    PUSH_SLOTS = 32
+    SLOT_ARMED = 1          # a slot's word: receive id << 2 | state (0: free)
+    SLOT_WRITING = 2
+    PUSH_WAIT_NS = 100000000    # a receiver losing its peer waits this long for a write under way
     CMA_PIECE = 262144      # a reduce-receive reads a CMA message in pieces this size
 
 
@@ -69,6 +91,8 @@ cdef void shm_map(peer_t *p, char *seg, size_t seg_len, int side, uint64_t ring_
         p.rx_data = r1
         p.beat_me = <volatile uint64_t *>(seg + OFF_BEAT0)
         p.beat_peer = <volatile uint64_t *>(seg + OFF_BEAT1)
+        p.push_me = <volatile uint64_t *>(seg + OFF_PUSH0)
+        p.push_peer = <volatile uint64_t *>(seg + OFF_PUSH1)
     else:
         p.sleep_me = <volatile uint32_t *>(seg + OFF_SLEEP1)
         p.sleep_peer = <volatile uint32_t *>(seg + OFF_SLEEP0)
@@ -82,6 +106,8 @@ cdef void shm_map(peer_t *p, char *seg, size_t seg_len, int side, uint64_t ring_
         p.rx_data = r0
         p.beat_me = <volatile uint64_t *>(seg + OFF_BEAT1)
         p.beat_peer = <volatile uint64_t *>(seg + OFF_BEAT0)
+        p.push_me = <volatile uint64_t *>(seg + OFF_PUSH1)
+        p.push_peer = <volatile uint64_t *>(seg + OFF_PUSH0)
     p.tx_head_seen = ld_acq_u64(p.tx_head)
 
 
@@ -284,12 +310,104 @@ cdef void shm_arm(peer_t *p, uint32_t value) noexcept nogil:
     st_rel_u32(p.sleep_me, value)
 
 
+cdef bint shm_arm_push(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
+    """Ask the sender to write the message into r.buf (COPIER_SENDER): arm a
+    push slot, answer CTS with it and the address.  False: no slot free."""
+    cdef int k = 0
+    cdef hdr_t c
+    while k < PUSH_SLOTS and ld_acq_u64(&p.push_me[k]) != 0:
+        k += 1
+    if k == PUSH_SLOTS:
+        return False
+    st_rel_u64(&p.push_me[k], (r.id << 2) | SLOT_ARMED)
+    r.slot = k + 1
+    r.state = S_ACTIVE
+    r.moved = 0
+    dlist_push(&p.rxact_head, r)
+    init_hdr(E, &c, OP_CTS, h.ctx, 0)
+    c.cookie = h.cookie
+    c.addr = r.id
+    c.meta = CTS_PUSH | (<uint64_t>k << 8)
+    c.meta2 = <uint64_t><size_t>r.buf
+    if not enqueue(E, p, &c, NULL, 0, NULL, False, False):
+        peer_lost(E, p, E_PEER_LOST, b"out of memory queueing a control frame")
+        return True
+    flush(E, p)
+    return True
+
+
+cdef int shm_push(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
+    """A CTS asking us to write send r into the receiver (its slot in h.meta >> 8,
+    its buffer at h.meta2, its receive id in h.addr)."""
+    cdef uint64_t k = (h.meta >> 8) & 0xff
+    cdef uint64_t armed = (h.addr << 2) | SLOT_ARMED
+    cdef iovec loc
+    cdef iovec rem
+    cdef ssize_t got
+    cdef uint64_t done = 0
+    cdef uint64_t step
+    if k >= PUSH_SLOTS or h.meta2 == 0:
+        peer_lost(E, p, E_PEER_LOST, b"protocol error: CTS asks for a push without a slot")
+        return PUSH_REFUSED
+    if not p.cma_ok:                        # not permitted here: free the slot, stream it
+        return PUSH_FAILED if cas_u64(&p.push_peer[k], armed, 0) else PUSH_REFUSED
+    if not cas_u64(&p.push_peer[k], armed, (h.addr << 2) | SLOT_WRITING):
+        return PUSH_REFUSED                 # the receiver took it back (it lost us)
+    while done < r.nbytes:
+        step = r.nbytes - done
+        if step > (<uint64_t>1 << 30):
+            step = <uint64_t>1 << 30
+        loc.iov_base = r.buf + done
+        loc.iov_len = step
+        rem.iov_base = <void *><size_t>(h.meta2 + done)
+        rem.iov_len = step
+        got = process_vm_writev(p.pid, &loc, 1, &rem, 1, 0)
+        if got < 0 and errno == EINTR:
+            continue
+        if got <= 0:
+            break
+        done += <uint64_t>got
+    st_rel_u64(&p.push_peer[k], 0)
+    if done < r.nbytes:
+        p.cma_ok = False                    # two copies from now on; DATA overwrites it all
+        return PUSH_FAILED
+    dlist_remove(&p.await_head, r)
+    complete(E, r, E_NONE)
+    send_ctrl(E, p, OP_FIN, h.ctx, h.addr, 0, FIN_PUSHED)
+    return PUSH_WRITTEN
+
+
+cdef void shm_disarm(eng_t *E, peer_t *p, req_t *r) noexcept nogil:
+    """p is lost with receive r's push armed: make sure no write lands after r
+    fails.  Take the slot back; if the sender is writing, wait for it; past
+    PUSH_WAIT_NS (a stopped sender) lend the buffer (r.lent) for good."""
+    cdef uint64_t k = <uint64_t>(r.slot - 1)
+    cdef uint64_t writing = (r.id << 2) | SLOT_WRITING
+    cdef int64_t until
+    r.slot = 0
+    if p.seg == NULL:
+        r.lent = True
+        return
+    if cas_u64(&p.push_me[k], (r.id << 2) | SLOT_ARMED, 0):
+        return
+    until = now_ns() + PUSH_WAIT_NS
+    while ld_acq_u64(&p.push_me[k]) == writing:
+        if now_ns() > until:
+            r.lent = True
+            return
+        cpu_relax()
+
+
 cdef bint shm_pull(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     """A matched RTS: copy (or combine) straight from the sender's buffer with
-    process_vm_readv and answer FIN.  False: stream it instead (CTS/DATA)."""
+    process_vm_readv and answer FIN, or have the sender write it (COPIER_SENDER,
+    a plain receive).  False: stream it instead (CTS/DATA).  Read from
+    cma_min up, or at any size for a receive whose copier is the receiver."""
     cdef int rc
     cdef uint64_t done = 0
-    if not p.cma_ok or h.nbytes < E.cma_min:
+    if r.copier == COPIER_SENDER and r.hook == NULL and p.cma_ok and shm_arm_push(E, p, r, h):
+        return True
+    if not p.cma_ok or (h.nbytes < E.cma_min and r.copier != COPIER_RECEIVER):
         return False
     if r.hook != NULL:
         rc = cma_combine(E, p, r, h.addr, h.nbytes, &done)
@@ -335,4 +453,5 @@ cdef void shm_release(peer_t *p) noexcept nogil:
 cdef chan_ops_t SHM_OPS = chan_ops_t(
     name=b"shm", remote=True, polled_fd=False, chunked=True, overtake=False, post=NULL, put=shm_put_now,
     flush=shm_flush, poll=shm_poll, on_event=shm_on_event, arm=shm_arm, pull=shm_pull,
+    push=shm_push, disarm=shm_disarm,
     beat=shm_beat, beat_lockfree=True, heard=shm_heard, memory=shm_memory, unsent=NULL, release=shm_release)

@@ -29,6 +29,18 @@ cdef enum:
     REC_ALIGN = 64
 
 cdef enum:
+    PUSH_WRITTEN = 0        # chan_push_fn: written, the send is complete
+    PUSH_REFUSED = 1        # the receiver took the request back: wait (an abort or loss follows)
+    PUSH_FAILED = 2         # not permitted: stream it (CTS/DATA) instead
+    CTS_PUSH = 1            # CTS meta: "write it yourself" (slot in meta >> 8, address in meta2)
+    FIN_PUSHED = 2          # FIN meta (to the receiver): the push of receive `cookie` is written
+
+cdef enum:
+    COPIER_AUTO = 0
+    COPIER_RECEIVER = 1
+    COPIER_SENDER = 2
+
+cdef enum:
     OP_EAGER = 1
     OP_RTS = 2
     OP_CTS = 3
@@ -136,6 +148,19 @@ cdef struct req_t:
     bint user_visible   # completion should wake the progress thread's waiters
     bint held           # a send whose EAGER/RTS frame waits for credit (peer_t.held)
     bint persistent     # owned by an ExchangeChain: not put on the completion list
+    # recv only: which process copies a large shared-memory message, where
+    # process_vm_readv/writev are permitted (the layer above knows whose core
+    # has other copies to make; the transport alone would stream it through
+    # the ring below cma_min, both cores copying):
+    #   COPIER_RECEIVER: this rank reads it from the sender's buffer whatever
+    #     its size (a scatter's receivers: the root's core copies nothing for them)
+    #   COPIER_SENDER: the sender writes it into this buffer (a gather's root:
+    #     its core copies only its own block, the senders theirs), shm.pxi's
+    #     push slots keeping the write from ever landing after the receive failed
+    int copier
+    int slot            # a push armed for it: its slot + 1 (0: none)
+    bint lent           # failed while its sender may still be writing into buf:
+                        # the Request keeps buf alive for good (Engine._sweep)
     # reduce-receive (recv only): the payload is combined into buf by hook, in
     # pieces of whole elements, instead of copied -- and only when it is the
     # message expected (meta == want_meta, nbytes == cap); any other leaves buf
@@ -161,6 +186,8 @@ ctypedef int (*chan_poll_fn)(eng_t *E, peer_t *p) noexcept nogil
 ctypedef void (*chan_event_fn)(eng_t *E, peer_t *p, uint32_t events) noexcept nogil
 ctypedef void (*chan_arm_fn)(peer_t *p, uint32_t value) noexcept nogil
 ctypedef bint (*chan_pull_fn)(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil
+ctypedef int (*chan_push_fn)(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil
+ctypedef void (*chan_disarm_fn)(eng_t *E, peer_t *p, req_t *r) noexcept nogil
 ctypedef void (*chan_post_fn)(eng_t *E, req_t *s) noexcept nogil
 ctypedef void (*chan_beat_fn)(eng_t *E, peer_t *p) noexcept nogil
 ctypedef uint64_t (*chan_heard_fn)(peer_t *p) noexcept nogil
@@ -180,7 +207,10 @@ cdef struct chan_ops_t:
     chan_poll_fn poll       # consume what arrived, without an fd event (NULL: fd-driven)
     chan_event_fn on_event  # its fd (EV_PEER) is ready
     chan_arm_fn arm         # about to sleep (1) / awake (0): ask the peer to wake us
-    chan_pull_fn pull       # a matched RTS: fetch the data itself; False: stream (CTS)
+    chan_pull_fn pull       # a matched RTS: fetch the data itself, or ask the sender to
+                            # write it (req_t.copier); False: stream (CTS)
+    chan_push_fn push       # a CTS asking us to write the data into the receiver: PUSH_*
+    chan_disarm_fn disarm   # the peer is lost: make sure a push it was asked for never lands
     chan_beat_fn beat       # tell the peer we are alive (heartbeat)
     bint beat_lockfree      # beat touches only the channel's own shared words: called
                             # without the engine lock (beat_main)
@@ -273,6 +303,8 @@ cdef struct peer_t:
     # --- liveness (the beat thread, engine.pxi)
     volatile uint64_t *beat_me      # shm: my beat counter in the pair's control page
     volatile uint64_t *beat_peer    # shm: the peer's
+    volatile uint64_t *push_me      # shm: push slots of writes into this rank (shm.pxi)
+    volatile uint64_t *push_peer    # shm: push slots of writes into the peer
     uint32_t seq_at_beat            # tx_seq when we last beat (TCP: beat only if idle since)
     uint64_t rx_raw                 # TCP: bytes read from the socket (a long frame is news too)
     uint64_t heard_seen             # the peer's ops.heard() count when it last moved

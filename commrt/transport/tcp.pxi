@@ -328,6 +328,6 @@ cdef void tcp_release(peer_t *p) noexcept nogil:
 
 cdef chan_ops_t TCP_OPS = chan_ops_t(
     name=b"tcp", remote=True, polled_fd=True, chunked=False, overtake=True, post=NULL, put=NULL,
-    flush=tcp_flush, poll=NULL, on_event=tcp_on_event, arm=NULL, pull=NULL,
+    flush=tcp_flush, poll=NULL, on_event=tcp_on_event, arm=NULL, pull=NULL, push=NULL, disarm=NULL,
     beat=tcp_beat, beat_lockfree=False, heard=tcp_heard, memory=tcp_memory, unsent=tcp_unsent,
     release=tcp_release)

@@ -363,3 +363,64 @@ def wait_without_spinning(comm):
         timed_out = time.monotonic() - t0
     comm.send(buf[:1], peer, 12)
     return got, timed_out
+
+
+
+
+def copier_receive(comm, sizes):
+    """Rank 0 sends each size three times on the collectives' channel; rank 1
+    receives it with copier 0 (the transport's choice), RECEIVER and SENDER.
+    Rank 1 returns, per size and copier, whether the bytes are right and how
+    many header bytes came from rank 0 for it (a streamed message brings a
+    DATA record per chunk; one rank 1 reads brings its RTS, one rank 0 writes
+    its RTS and FIN); rank 0 returns None."""
+    ch = comm.channel
+    go = np.zeros(0, np.uint8)
+    out = []
+    for i, n in enumerate(sizes):
+        for copier in (0, ch.RECEIVER, ch.SENDER):
+            tag = 3 * i + copier
+            if comm.rank == 0:
+                ch.irecv(go, 1, 1000 + tag).wait(30)     # rank 1 has taken its snapshot
+                ch.isend(payload(0, 1, tag, n, np.uint8), 1, tag).wait(30)
+            elif comm.rank == 1:
+                buf = np.zeros(n, np.uint8)
+                before = comm.stats()[0]["header_bytes_recv"]
+                ch.isend(go, 0, 1000 + tag).wait(30)
+                ch.irecv(buf, 0, tag, copier).wait(30)
+                headers = comm.stats()[0]["header_bytes_recv"] - before
+                out.append((n, copier, bool(np.array_equal(buf, payload(0, 1, tag, n, np.uint8))),
+                            headers))
+    return out if comm.rank == 1 else None
+
+
+def push_after_loss(comm, nbytes):
+    """A write the receiver asked for (copier SENDER) never lands once the
+    receive has failed.  Rank 0 announces a large message, tells rank 1 its
+    pid and stops itself (SIGSTOP) before it sees rank 1's CTS.  Rank 1 asks
+    for the push, loses rank 0 for silence (a short COMMRT_LIVENESS_TIMEOUT_S),
+    resumes it (SIGCONT) and watches its buffer: rank 0 now reads the CTS and
+    must find the push slot taken back.  Rank 1 returns (error type, buffer
+    untouched 1 s after the resume); rank 0 (true, its send never completed)."""
+    ch = comm.channel
+    if comm.rank == 0:
+        send = ch.isend(np.full(nbytes, 7, np.uint8), 1, 5)          # its RTS is in the ring
+        ch.isend(np.array([os.getpid()], np.int64), 1, 6).wait(10)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        try:
+            send.wait(3)
+            return False                    # the push went through after the loss
+        except Exception:
+            return True
+    pid = np.zeros(1, np.int64)
+    ch.irecv(pid, 0, 6).wait(10)
+    time.sleep(0.3)                         # rank 0 is stopped now
+    buf = np.zeros(nbytes, np.uint8)
+    try:
+        ch.irecv(buf, 0, 5, ch.SENDER).wait(30)
+        kind = None
+    except Exception as exc:
+        kind = type(exc).__name__
+    os.kill(int(pid[0]), signal.SIGCONT)
+    time.sleep(1.0)
+    return kind, bool(not buf.any())

@@ -73,6 +73,30 @@ def test_stats_count_exact_payload_bytes(world3):
     assert res[1]["bytes_sent"] == 0 and res[1]["msgs_sent"] == 1     # the 0-byte "go"
 
 
+def test_copier_chooses_who_copies_a_large_message(world3):
+    """A receive whose copier is the RECEIVER (a scatter's receivers) reads a
+    large shared-memory message with process_vm_readv below
+    COMMRT_CMA_MIN_BYTES too: only its RTS comes through the ring.  One whose
+    copier is the SENDER (a gather's root) has the sender write it with
+    process_vm_writev: its RTS and a FIN.  A plain receive of the same
+    message gets a DATA record per 64 KiB chunk.  Eager messages, TCP and
+    shared memory without process_vm_readv/writev (two-copy) ignore the
+    choice and still deliver the same bytes."""
+    big = 1 << 19                           # below COMMRT_CMA_MIN_BYTES (1 MiB oversubscribed)
+    sizes = [100, 100_000, big]
+    res = world3.run(R.copier_receive, sizes)[1]
+    assert all(ok for _, _, ok, _ in res), res
+    hdr = {(n, copier): h for n, copier, _, h in res}
+    assert all(h > 0 for h in hdr.values()), hdr
+    if world3.transport == "shm" and world3.env.get("COMMRT_CMA") != "0":
+        assert hdr[(big, 1)] <= 2 * 64, hdr                 # the RTS (a credit frame at most)
+        assert hdr[(big, 2)] <= 3 * 64, hdr                 # the RTS and the FIN
+        if "COMMRT_CMA_MIN_BYTES" not in world3.env:
+            assert hdr[(big, 0)] >= 8 * 64, hdr             # streamed in 64 KiB chunks
+    elif world3.transport == "shm":
+        assert min(hdr[(big, c)] for c in (0, 1, 2)) >= 8 * 64, hdr      # two-copy: streamed
+
+
 def test_objects(world3):
     a, big_ok = world3.run(R.objects)[1]
     assert a == {"small": [1, 2, 3]} and big_ok

@@ -175,3 +175,15 @@ def test_soak_leaves_memory_and_fds_flat(transport):
 
 def _commrt_shm():
     return {name for name in os.listdir("/dev/shm") if "commrt" in name}
+
+
+@pytest.mark.timeout(120)
+def test_a_push_never_lands_after_its_receive_failed():
+    """process_vm_writev into a buffer the receiver has given up on would write
+    into memory it may have reused: the push slot taken back at the loss
+    keeps a sender that reads the CTS later from writing."""
+    env = {"COMMRT_LIVENESS_TIMEOUT_S": "1.5", "COMMRT_HEARTBEAT_S": "0.25"}
+    with World(2, transport="shm", env=env, timeout=60) as w:
+        res = w.run(R.push_after_loss, 1 << 20, timeout=60)
+    assert res[1] == ("PeerUnresponsiveError", True), res
+    assert res[0] is True, res

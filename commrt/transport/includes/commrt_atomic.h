@@ -13,6 +13,9 @@ static inline void st_rel_u32(volatile uint32_t *p, uint32_t v) { __atomic_store
 static inline int cas_u32(volatile uint32_t *p, uint32_t expect, uint32_t desired) {
     return __atomic_compare_exchange_n(p, &expect, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
+static inline int cas_u64(volatile uint64_t *p, uint64_t expect, uint64_t desired) {
+    return __atomic_compare_exchange_n(p, &expect, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
 static inline void fence_seq_cst(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 static inline void cpu_relax(void) {

@@ -8,6 +8,7 @@ cdef extern from "commrt_atomic.h" nogil:
     uint32_t ld_acq_u32(volatile uint32_t *p)
     void st_rel_u32(volatile uint32_t *p, uint32_t v)
     int cas_u32(volatile uint32_t *p, uint32_t expect, uint32_t desired)
+    int cas_u64(volatile uint64_t *p, uint64_t expect, uint64_t desired)
     void fence_seq_cst()
     void cpu_relax()
     int64_t now_ns()
@@ -61,6 +62,8 @@ cdef extern from "<sys/uio.h>" nogil:
     ssize_t writev(int fd, const iovec *iov, int iovcnt)
     ssize_t process_vm_readv(int pid, const iovec *local_iov, unsigned long liovcnt,
                              const iovec *remote_iov, unsigned long riovcnt, unsigned long flags)
+    ssize_t process_vm_writev(int pid, const iovec *local_iov, unsigned long liovcnt,
+                              const iovec *remote_iov, unsigned long riovcnt, unsigned long flags)
 
 cdef extern from "<sys/socket.h>" nogil:
     enum:
