@@ -170,8 +170,12 @@ class Call:
         self.sends.append(req)
         return req
 
-    def irecv(self, buf, src):
-        return Recv(self.chan.irecv(buf, src, TAG), src, buf.nbytes)
+    def irecv(self, buf, src, copier=0):
+        """copier: who copies a large message over shared memory (Channel.irecv):
+        Channel.RECEIVER where the sender's core has other copies to make (a
+        scatter's root), Channel.SENDER where this rank's has (a gather's
+        root); the messages are the same."""
+        return Recv(self.chan.irecv(buf, src, TAG, copier), src, buf.nbytes)
 
     def irecv_reduce(self, buf, src, hook):
         """Receive into buf combining (buf = buf OP message) as the data lands, with
@@ -180,8 +184,8 @@ class Call:
         return Recv(self.chan.irecv_reduce(buf, src, TAG, self.meta, hook, self.meta2), src,
                     buf.nbytes)
 
-    def recv(self, buf, src):
-        self.wait(self.irecv(buf, src))
+    def recv(self, buf, src, copier=0):
+        self.wait(self.irecv(buf, src, copier))
 
     def irecv_combine(self, buf, src, red, slot):
         """Start receiving a message from src to combine into buf (buf = buf OP

@@ -40,6 +40,7 @@ from commrt import config
 from commrt.collectives import _small
 from commrt.collectives.call import Call, Recv
 from commrt.collectives.fingerprint import DTYPE_CODE, SEQ_MASK, TAG, algo_code, kind_code, pack
+from commrt.comm import Channel
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 RECV, SEND, COPY = 0, 1, 2          # chain message kinds (transport/chain.pxi)
@@ -102,7 +103,9 @@ def _broadcast(n, r, sched, m, isz, root, hook):
 def _gather(n, r, sched, m, isz, root, hook):
     if r != root:
         return [_msgs(s, isz, BUF, IN) for s in sched], None
-    steps = [_msgs(s, isz, BUF, IN) for s in sched]
+    # the senders write their blocks (gather/linear.py)
+    steps = [[msg + (0, 0, Channel.SENDER) if msg[0] == RECV else msg
+              for msg in _msgs(s, isz, BUF, IN)] for s in sched]
     steps[0].insert(0, _copy(r, BUF, root * m * isz, IN, 0, m * isz))
     return steps, None
 
@@ -111,6 +114,9 @@ def _scatter(n, r, sched, m, isz, root, hook):
     steps = [_msgs(s, isz, BUF, IN) for s in sched]
     if r == root:
         steps[0].insert(0, _copy(r, BUF, 0, IN, root * m * isz, m * isz))
+    else:                           # the receiver copies its block (scatter/linear.py)
+        steps = [[msg + (0, 0, Channel.RECEIVER) if msg[0] == RECV else msg for msg in s]
+                 for s in steps]
     return steps, None
 
 
@@ -317,6 +323,6 @@ def _run_step(call, step, views, isz):
         elif hook:
             recvs.append(call.irecv_reduce(a, peer, hook))
         else:
-            recvs.append(call.irecv(a, peer))
+            recvs.append(call.irecv(a, peer, src[2] if len(src) > 2 else 0))
     call.waitall(recvs)
     call.wait_sends()

@@ -1,12 +1,16 @@
 """Linear gather.
 
 Every rank sends its block to the root, which posts all N-1 receives at
-once (into out, in rank order) and copies its own.
+once (into out, in rank order) and copies its own.  The senders copy
+(Call.irecv's copier SENDER): over shared memory each writes its block
+straight into the root's out while the root copies its own, where the root
+would otherwise copy every block itself.
 Cost: (N-1)·α + (N-1)·K_block·β at the root (its link carries everything; a
 tree would not move fewer bytes through it).  Bytes: the root receives
 (N-1)·|block|; every other rank sends |block|.
 """
 from commrt.collectives.registry import Msg
+from commrt.comm import Channel
 
 
 def cost(n, nbytes, p, comm=None):
@@ -29,6 +33,6 @@ def run(call, buf, out, root):
     if r != root:
         call.isend(buf, root)
         return
-    rvs = [call.irecv(out[q * m:(q + 1) * m], q) for q in range(n) if q != root]
+    rvs = [call.irecv(out[q * m:(q + 1) * m], q, Channel.SENDER) for q in range(n) if q != root]
     out[root * m:(root + 1) * m] = buf
     call.waitall(rvs)
