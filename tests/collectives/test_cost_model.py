@@ -3,6 +3,7 @@ host's numbers) its formulas give latency-bound sizes to the algorithm with
 the fewest steps and bandwidth-bound sizes to a bandwidth-optimal one, and
 its cache keeps one entry per (transport, host, cores, ranks on the host)
 and version."""
+import dataclasses
 import json
 
 import pytest
@@ -130,3 +131,16 @@ def test_the_double_tree_wins_on_latency_not_on_bytes(n):
     # its latency grows with the depth, log2 N, like the single tree's
     small = 8
     assert dbtree.cost(n, small, p) <= tree.cost(n, small, p) * 1.01
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_the_ring_reduce_pays_for_its_scratch_copy(n):
+    """reduce/ring.py copies the whole buffer into scratch at every non-root
+    before its ring (the root waits for it): K·μ of its cost.  Without that
+    term the model put the ring below binomial at N = 2 and 16 MiB, where it
+    ran 1.8x slower."""
+    p = params(n, 1.0)
+    ring = registry.module("reduce", "ring")
+    k = 16 << 20
+    assert ring.cost(n, k, dataclasses.replace(p, mu=2 * p.mu)) - ring.cost(n, k, p) \
+        == pytest.approx(k * p.mu)

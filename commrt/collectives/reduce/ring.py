@@ -3,7 +3,8 @@
 The in-place ring reduce-scatter (reduce_scatter/ring.py, on a scratch copy
 at non-roots) leaves each rank one chunk of N fully reduced; each sends it
 to the root, which receives every other chunk straight into its buffer.
-Cost: (N-1)·α + (N-1)/N·K·β + (N-1)/N·K·γ  +  α + K/N·β (gather; the root
+Cost: K·μ (the non-roots' scratch copy, which the root waits for)  +
+(N-1)·α + (N-1)/N·K·β + (N-1)/N·K·γ  +  α + K/N·β (gather; the root
 receives N-1 chunks).  Bytes: each non-root sends (N-1)/N·K + K/N (less its
 own chunk sizes when N does not divide the count).
 """
@@ -19,7 +20,11 @@ def cost(n, nbytes, p, comm=None):
         return 0.0
     chunk = nbytes / n
     step = p.nseg(chunk) * p.alpha + chunk * p.beta
-    return p.rho(n) * ((n - 1) * (step + chunk * p.gamma)) + (n - 1) * chunk * p.beta + p.alpha
+    # the scratch copy was left out until 2026-12-03: at N = 2 and 16 MiB the model
+    # then put the ring 13% below binomial where it ran 1.8x slower (3.8-4.0 ms
+    # against 2.1-2.2, bench collectives --algos all), and auto took it
+    return (nbytes * p.mu + p.rho(n) * ((n - 1) * (step + chunk * p.gamma))
+            + (n - 1) * chunk * p.beta + p.alpha)
 
 
 def schedule(n, rank, count, root=0, itemsize=4):
