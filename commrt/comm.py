@@ -67,7 +67,7 @@ class Channel:
                                    nothing for them), SENDER the sender, into buf
                                    (a gather's root: its core copies only its own
                                    block); the same message either way)
-        irecv_reduce(buf, src, tag, meta, hook, meta2) -> Request
+        irecv_reduce(buf, src, tag, meta, hook, meta2, copier=0) -> Request
                                    a receive that combines the message into buf as
                                    it lands with the C loop at hook, and only the
                                    message with this meta, meta2 and buf's size
@@ -115,8 +115,8 @@ class Channel:
             return self._coll._irecv_copier(buf, src, tag, copier)
         return self._coll.irecv(buf, src, tag)
 
-    def irecv_reduce(self, buf, src, tag, meta, hook, meta2=0):
-        return self._coll._irecv_reduce(buf, src, tag, meta, hook, meta2)
+    def irecv_reduce(self, buf, src, tag, meta, hook, meta2=0, copier=0):
+        return self._coll._irecv_reduce(buf, src, tag, meta, hook, meta2, copier)
 
     def exchange(self, sbuf, dst, rbuf, src, tag, meta, wait, hook=0, meta2=0):
         return self._coll._exchange(sbuf, dst, rbuf, src, tag, meta, wait, hook, meta2)
@@ -231,15 +231,16 @@ class Communicator:
         (transport Engine.irecv's copier: 1 this rank, 2 the sender)."""
         return self._engine.irecv(buf, self._src(src), self._ctx, tag, self._rank_of, copier)
 
-    def _irecv_reduce(self, buf, src, tag, meta, hook, meta2=0):
+    def _irecv_reduce(self, buf, src, tag, meta, hook, meta2=0, copier=0):
         """A receive that combines the message into buf as it lands, with the C loop
         at address hook (transport Engine.irecv_reduce), instead of copying it:
         the collectives' reduction without a scratch buffer.  Only a message
         with this meta and meta2 and exactly buf's size is combined; any other
         completes the request with buf untouched and its own meta, meta2 and
-        size in the status."""
+        size in the status.  copier SENDER: streamed over shared memory whatever
+        its size, the sender's core copying while this one combines."""
         return self._engine.irecv_reduce(buf, self._peer(src, "src"), self._ctx, tag, meta, hook,
-                                         buf.itemsize, self._rank_of, meta2)
+                                         buf.itemsize, self._rank_of, meta2, copier)
 
     def _exchange_chain(self, steps, tmp, count, tag, nbytes=-1, itemsize=0, in_nbytes=-1):
         """A persistent chain of steps on this context (the collectives' prepared

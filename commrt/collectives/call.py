@@ -177,25 +177,29 @@ class Call:
         root); the messages are the same."""
         return Recv(self.chan.irecv(buf, src, TAG, copier), src, buf.nbytes)
 
-    def irecv_reduce(self, buf, src, hook):
+    def irecv_reduce(self, buf, src, hook, copier=0):
         """Receive into buf combining (buf = buf OP message) as the data lands, with
         the C loop at address hook (``reduce.hook``); checked by wait like any
-        receive, and buf is untouched unless the message is the one expected."""
-        return Recv(self.chan.irecv_reduce(buf, src, TAG, self.meta, hook, self.meta2), src,
-                    buf.nbytes)
+        receive, and buf is untouched unless the message is the one expected.
+        copier Channel.SENDER: the sender's core copies (over shared memory the
+        message streams through the ring at any size) while this one combines:
+        where nothing else moves meanwhile (a reduce's tree)."""
+        return Recv(self.chan.irecv_reduce(buf, src, TAG, self.meta, hook, self.meta2, copier),
+                    src, buf.nbytes)
 
     def recv(self, buf, src, copier=0):
         self.wait(self.irecv(buf, src, copier))
 
-    def irecv_combine(self, buf, src, red, slot):
+    def irecv_combine(self, buf, src, red, slot, copier=0):
         """Start receiving a message from src to combine into buf (buf = buf OP
         message, the message the right operand): a reduce-receive where red has
         a C loop, else a receive into the scratch `slot` that wait_combine
-        reduces from.  Two combines in flight need different slots."""
+        reduces from.  Two combines in flight need different slots.  copier:
+        as irecv_reduce's."""
         if red.hook:
-            return Combine(self.irecv_reduce(buf, src, red.hook), buf, None, red)
+            return Combine(self.irecv_reduce(buf, src, red.hook, copier), buf, None, red)
         tmp = self.state.scratch(slot, buf.size, buf.dtype)
-        return Combine(self.irecv(tmp, src), buf, tmp, red)
+        return Combine(self.irecv(tmp, src, copier), buf, tmp, red)
 
     def wait_combine(self, cb):
         """Wait for an irecv_combine (checked as by wait) and finish its combine."""
@@ -203,9 +207,9 @@ class Call:
         if cb.tmp is not None:
             cb.red(cb.buf, cb.tmp)
 
-    def recv_combine(self, buf, src, red, slot="combine"):
+    def recv_combine(self, buf, src, red, slot="combine", copier=0):
         """Receive from src and combine the message into buf (see irecv_combine)."""
-        self.wait_combine(self.irecv_combine(buf, src, red, slot))
+        self.wait_combine(self.irecv_combine(buf, src, red, slot, copier))
 
     def send(self, buf, dst):
         """Start a send; it completes by end() (the algorithm must not modify buf before)."""

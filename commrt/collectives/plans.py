@@ -157,12 +157,19 @@ def _reduce_binomial(n, r, sched, m, isz, root, hook):
     if not hook:
         return None, None
     if r == root:
-        return [_msgs(s, isz, BUF, BUF, hook) for s in sched], None
+        return _sender_copies([_msgs(s, isz, BUF, BUF, hook) for s in sched]), None
     if not any(msg.op == "combine" for s in sched for msg in s):
         return [_msgs(s, isz, BUF, IN) for s in sched], None
-    steps = [_msgs(s, isz, TMP, TMP, hook) for s in sched]
+    steps = _sender_copies([_msgs(s, isz, TMP, TMP, hook) for s in sched])
     steps[0].insert(0, _copy(r, TMP, 0, IN, 0, m * isz))
     return steps, m * isz
+
+
+def _sender_copies(steps):
+    """Every receive of steps with copier SENDER (reduce/binomial.py: a tree's
+    combines stream, its senders' cores copying)."""
+    return [[msg + (0, 0, Channel.SENDER) if msg[0] == RECV else msg for msg in s]
+            for s in steps]
 
 
 def prepare_all_reduce(comm, st, key, buf, op, red):
@@ -321,7 +328,7 @@ def _run_step(call, step, views, isz):
         elif kind == SEND:
             call.isend(a, peer)
         elif hook:
-            recvs.append(call.irecv_reduce(a, peer, hook))
+            recvs.append(call.irecv_reduce(a, peer, hook, src[2] if len(src) > 2 else 0))
         else:
             recvs.append(call.irecv(a, peer, src[2] if len(src) > 2 else 0))
     call.waitall(recvs)

@@ -509,7 +509,7 @@ cdef class Engine:
         return q
 
     def irecv_reduce(self, buf, int src, uint32_t ctx, int tag, uint64_t meta, size_t hook,
-                     int itemsize, rank_of=None, uint64_t meta2=0):
+                     int itemsize, rank_of=None, uint64_t meta2=0, int copier=0):
         """Post a reduce-receive from src; returns a Request.
 
         Instead of copying the message into buf, the transport combines it
@@ -519,11 +519,17 @@ cdef class Engine:
         over n elements of `itemsize` bytes.  Only the expected message is
         combined: meta and meta2 equal to `meta`, `meta2` and exactly len(buf) bytes.  Any other
         completes the request leaving buf untouched; its status then shows
-        the meta and size that came, for the caller to report."""
+        the meta and size that came, for the caller to report.  copier
+        COPIER_SENDER (2): over shared memory, stream it whatever its size
+        (where ranks have a core each), so the sender's core copies while
+        this one combines (irecv's copier)."""
         self._check_rank(src, "src")
         if tag < 0:
             raise ValueError(f"tag must be >= 0, got {tag}")
+        if copier not in (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER):
+            raise ValueError(f"copier must be 0, 1 (receiver) or 2 (sender), got {copier}")
         q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
+        q.r.copier = copier
         self._arm_reduce(q, meta, hook, itemsize, meta2)
         self._post(q, True)
         return q

@@ -156,7 +156,9 @@ cdef struct req_t:
     #     its size (a scatter's receivers: the root's core copies nothing for them)
     #   COPIER_SENDER: the sender writes it into this buffer (a gather's root:
     #     its core copies only its own block, the senders theirs), shm.pxi's
-    #     push slots keeping the write from ever landing after the receive failed
+    #     push slots keeping the write from ever landing after the receive failed;
+    #     a reduce-receive streams (the sender's core copies into the ring while
+    #     this one combines: a reduce's root) unless ranks outnumber cores
     int copier
     int slot            # a push armed for it: its slot + 1 (0: none)
     bint lent           # failed while its sender may still be writing into buf:

@@ -85,3 +85,31 @@ def bad_arguments(comm):
         except ValueError as exc:
             out[name] = str(exc)
     return out
+
+
+def copier_headers(comm, n):
+    """Rank 0 sends its float64 values twice; rank 1 reduce-receives them with
+    copier 0, then copier SENDER.  Rank 1 returns, per copier, whether the sum
+    is right and the header bytes that came from rank 0 for it (one RTS where
+    it read the message itself, a DATA record per chunk where it streamed)."""
+    go = np.zeros(0, np.uint8)
+    hook = combine_address("sum", np.dtype("float64"))
+    out = []
+    for copier in (0, comm.channel.SENDER):
+        if comm.rank == 0:
+            comm.recv(go, 1, TAG + 3)
+            comm.isend(values(0, n, "float64"), 1, TAG, meta=META).wait(60)
+            continue
+        buf = values(1, n, "float64")
+        before = comm.stats()[0]["header_bytes_recv"]
+        comm.send(go, 0, TAG + 3)
+        comm._irecv_reduce(buf, 0, TAG, META, hook, 0, copier).wait(60)
+        headers = comm.stats()[0]["header_bytes_recv"] - before
+        out.append((copier, bool(np.array_equal(buf, values(0, n, "float64") + values(1, n, "float64"))),
+                    headers))
+    return out if comm.rank == 1 else None
+
+
+def cores(comm):
+    import os
+    return len(os.sched_getaffinity(0))

@@ -49,3 +49,20 @@ def test_bad_arguments_are_refused():
     assert "combine function" in out["no hook"] and "combine function" in out["itemsize 3"]
     assert "whole number" in out["split element"]
     assert out["read-only"] is not None
+
+
+def test_sender_copier_streams_a_reduce_receive():
+    """Two ranks with a core each: a 3 MiB reduce-receive is read with
+    process_vm_readv (from COMMRT_CMA_MIN_BYTES, 2 MiB, up: one RTS comes
+    through the ring), unless its copier is the SENDER (a binomial reduce's
+    combines): then it streams, the sender copying the chunks in while this
+    rank combines them (a DATA record per 64 KiB chunk); the same sum.  On
+    one core (ranks outnumber cores) streaming would need the sender scheduled
+    too, and both are read."""
+    with World(2, transport="shm", timeout=120) as w:
+        own_core = w.run(R.cores)[0] >= 2
+        res = w.run(R.copier_headers, 3 << 17)[1]
+    assert all(ok for _, ok, _ in res), res
+    hdr = dict((c, h) for c, _, h in res)
+    assert hdr[0] <= 2 * 64, hdr
+    assert (hdr[2] >= 48 * 64) if own_core else (hdr[2] <= 2 * 64), hdr
