@@ -106,8 +106,9 @@ knob("COMMRT_CMA", True, _bool, "Use process_vm_readv (single copy) for large sh
 knob("COMMRT_CMA_MIN_BYTES", "auto", _size_or_auto,
      "Smallest shared-memory message copied with process_vm_readv; smaller ones (above the "
      "eager limit) stream through the pair's ring in chunks: two cache-hot copies, on both "
-     "cores at once, beat one process_vm_readv up to several MiB.  auto: 12 MiB, or 1 MiB "
-     "when a host's ranks outnumber its cores (streaming needs the sender scheduled too).")
+     "cores at once, beat one process_vm_readv up to ~1 MiB.  auto: 2 MiB, or 1 MiB "
+     "when a host's ranks outnumber its cores (streaming needs the sender scheduled too).  "
+     "A collective may choose per receive (docs/transport.md, who copies).")
 knob("COMMRT_SPIN_US", 50.0, float,
      "Microseconds a waiter spins before it sleeps, at least (see COMMRT_OVERSUB_SPIN_US).")
 knob("COMMRT_OVERSUB_SPIN_US", 50.0, float,

@@ -68,11 +68,17 @@ class MeshPlan:
 def _cma_min_bytes(oversub):
     """COMMRT_CMA_MIN_BYTES, with auto resolved.  Measured on a 2-core host, both
     directions at once (collectives' pattern): streaming through the ring beat
-    process_vm_readv by ~2x at 256 KiB-1 MiB and ~10% at 8 MiB, lost by 20-50% at
-    16 MiB; with 4 ranks on 2 cores it lost from ~1 MiB messages on."""
+    process_vm_readv by ~2x at 256 KiB-1 MiB (one message between two idle ranks).
+    Inside collectives, where each rank also copies its own block or combines,
+    process_vm_readv won from 2 MiB messages on: at N = 2 all-gather and
+    all-to-all of 16 MiB 1870-1920 -> 1220-1280 us, all-reduce 16 MiB 2620 ->
+    1970 and 4 MiB 670 -> 505 (bench collectives, 2026-12-03; it was 12 MiB
+    before).  Where only one direction moves (a reduce's combines) streaming keeps
+    winning, so the collective says so per receive (copier SENDER, shm.pxi).
+    With 4 ranks on 2 cores it lost from ~1 MiB messages on."""
     value = config.get("COMMRT_CMA_MIN_BYTES")
     if value == "auto":
-        return (1 << 20) if oversub else (12 << 20)
+        return 1 << 20 if oversub else 2 << 20
     return value
 
 
