@@ -3,7 +3,8 @@
 ``python -m commrt.bench._hosts_rank --spec FILE --out DIR``: the collective
 benchmarks' loop (``_coll.measure``) over commrt's all-reduce, after the cost
 model's calibration (its parameters go in the results: ``params``, and the
-algorithm ``auto`` ran at each size: ``choices``); rank 0
+algorithm ``auto`` ran at each size: ``choices``; with ``"sim": true`` in the
+spec, also the simulator's point-to-point figures: ``sim``); rank 0
 writes ``rank0.json`` (the times are already the slowest rank's).
 """
 from dataclasses import asdict
@@ -23,7 +24,12 @@ def main(argv=None):
     comm = commrt.init()
     try:
         params = asdict(cost.params(comm))   # every rank at once: a collective
-        result = dict(_coll.measure(_coll.CommrtOps(comm), spec), params=params)
+        # the simulator's point-to-point figures (sim validate --hosts)
+        sim = None
+        if spec.get("sim"):
+            from commrt.sim.validate import hosts_calibration
+            sim = hosts_calibration(comm)
+        result = dict(_coll.measure(_coll.CommrtOps(comm), spec), params=params, sim=sim)
         # what auto ran at each size (the model's choice, memoised by the calls above)
         result["choices"] = {str(n): cost.choose_allreduce(comm, n) for n in spec["sizes"]}
         if comm.rank == 0:

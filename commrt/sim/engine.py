@@ -37,6 +37,24 @@ descheduled receiver) where it is given.
 Events run in time order, so NIC queues serve in the order messages are
 sent.  ``MAX_MESSAGES`` bounds a run.
 
+Terms the validation measures point to point (commrt/sim/validate.py), each
+off by default: ``alpha_at``, α per message size where ranks outnumber the
+cores (fitted, through this engine, to every rank exchanging at once:
+calibrate.fit_alpha); ``shared_cores``, ``cores`` that are the machine's,
+shared by every node (namespace hosts on one machine); ``beta_net_at``, β_net
+per message size; ``net_cpu``, the CPU a network message's copies cost (TCP's:
+the sender's and the receiver's, charged to the receiver, from the first byte's
+arrival), which holds a core where cores are modelled; ``eager``, the largest
+message sent at once: a larger one (a rendezvous) moves only once its receive
+is posted, and its sender's call ends only once it has been taken (its
+receiver's copy done, or its last byte on the wire); ``call``, each rank's own
+work per call before its first step (on a core where they are shared);
+``bus_at``, the part of a shared-memory copy's β(s) that takes the node's
+memory, one copy at a time (first come, first served; β(s) is then a copy's
+alone, and two ranks copying at once, as in an exchange, take longer);
+``alpha_wait``, where ranks outnumber cores α is a wait before the copy that
+holds no core (the receiver's wait for its turn), not work queued with it.
+
 The symmetry shortcut (``uniform``; exact, not an approximation): where
 every rank provably follows rank 0's timeline, only rank 0 is run.  The
 proof is checked on the schedule itself, for every rank and step: (1) every
@@ -90,27 +108,52 @@ class Topology:
     gamma_mem: Optional[float] = None   # γ of a combine too large for the caches (None: γ)
     beta_at: tuple = ()                 # ((bytes, β_shm), ...) measured per size (): β_shm
     alpha_oversub: Optional[float] = None   # α_shm where a node's ranks outnumber its cores
+    alpha_at: tuple = ()                # ((bytes, α), ...) per size where they do (): α_oversub
+    shared_cores: bool = False          # ``cores`` are the machine's, shared by every node
+    beta_net_at: tuple = ()             # ((bytes, β_net), ...) measured per size (): β_net
+    net_cpu: float = 0.0                # s/B of CPU a network message costs (TCP's copies)
+    eager: Optional[int] = None         # largest send not held until received (None: all)
+    call: float = 0.0                   # s of CPU a call costs each rank before its first step
+    alpha_wait: bool = False            # oversubscribed α: a wait, not a core's work
+    bus_at: tuple = ()                  # ((bytes, s/B), ...): the part of β(bytes) that a
+                                        # node's copies take one at a time (its memory)
 
     def b(self, nbytes):
         """β of a shared-memory message of nbytes: the measured curve (``beta_at``,
         log-linear between its sizes, its ends beyond them), else β_shm."""
-        pts = self.beta_at
-        if not pts:
-            return self.beta_shm
-        if nbytes <= pts[0][0]:
-            return pts[0][1]
-        for (k0, b0), (k1, b1) in zip(pts, pts[1:]):
-            if nbytes <= k1:
-                f = math.log(nbytes / k0) / math.log(k1 / k0)
-                return b0 + (b1 - b0) * f
-        return pts[-1][1]
+        return curve(self.beta_at, nbytes) if self.beta_at else self.beta_shm
+
+    def m(self, nbytes):
+        """The part of β(nbytes) a node's shared-memory copies serialise on (bus_at)."""
+        return curve(self.bus_at, nbytes) if self.bus_at else 0.0
+
+    def bn(self, nbytes):
+        """β of a network message of nbytes: the curve ``beta_net_at``, else β_net."""
+        return curve(self.beta_net_at, nbytes) if self.beta_net_at else self.beta_net
+
+    @property
+    def oversubscribed(self):
+        """Whether ranks outnumber the cores they share (a node's, or the machine's)."""
+        if not self.cores:
+            return False
+        sharing = self.ranks if self.shared_cores else self.ranks_per_node
+        return sharing > self.cores
+
+    def a(self, nbytes):
+        """α of a shared-memory message of nbytes: where ranks outnumber the cores,
+        the per-size curve ``alpha_at`` (fitted to all ranks exchanging at once,
+        calibrate.fit_alpha), else α_oversub; otherwise α_shm."""
+        if self.oversubscribed:
+            if self.alpha_at:
+                return curve(self.alpha_at, nbytes)
+            if self.alpha_oversub:
+                return self.alpha_oversub
+        return self.alpha_shm
 
     @property
     def a_shm(self):
-        """α of a shared-memory message: α_oversub where ranks outnumber cores."""
-        if self.alpha_oversub and self.cores and self.ranks_per_node > self.cores:
-            return self.alpha_oversub
-        return self.alpha_shm
+        """α of a shared-memory message of no size (``a(0)``)."""
+        return self.a(0)
 
     def g(self, nbytes):
         """γ of a combine of nbytes at once: γ in cache, γ_mem from 16 MiB, geometric
@@ -128,6 +171,18 @@ class Topology:
 
     def node(self, rank):
         return rank // self.ranks_per_node
+
+
+def curve(pts, nbytes):
+    """The value at nbytes of a measured curve ((bytes, value), ...) in ascending
+    bytes: log-linear between its sizes, its end values beyond them."""
+    if nbytes <= pts[0][0]:
+        return pts[0][1]
+    for (k0, v0), (k1, v1) in zip(pts, pts[1:]):
+        if nbytes <= k1:
+            f = math.log(nbytes / k0) / math.log(k1 / k0)
+            return v0 + (v1 - v0) * f
+    return pts[-1][1]
 
 
 class ScheduleError(ValueError):
@@ -175,7 +230,8 @@ def _shape(msgs):
 
 def _free(topo):
     """No resource whose queue order could tell ranks apart (module docstring)."""
-    return not (topo.bisection or topo.cores or (topo.nodes > 1 and topo.ranks_per_node > 1))
+    return not (topo.bisection or topo.cores or (topo.nodes > 1 and topo.ranks_per_node > 1)
+                or (topo.bus_at and topo.ranks_per_node > 1))
 
 
 def _rotates(n, first, steps_of):
@@ -239,7 +295,7 @@ def _rank0(topo, steps, itemsize):
     arithmetic with every peer in rank 0's state.  On the network a step then
     holds one send and one receive of one size, so every NIC's egress and
     ingress are busy until the same time (``free``)."""
-    t = free = 0.0
+    t, free = topo.call, 0.0
     for msgs in steps:
         done = cpu = t    # cpu: when rank 0's core is done with this step's copies
         for op, peer, lo, hi in msgs:
@@ -247,15 +303,15 @@ def _rank0(topo, steps, itemsize):
                 continue
             nbytes = (hi - lo) * itemsize
             if topo.node(0) == topo.node(peer):   # its own core copies, then combines
-                work = topo.a_shm + nbytes * topo.b(nbytes)
+                work = topo.a(nbytes) + nbytes * topo.b(nbytes)
                 if op == "combine":
                     work += nbytes * topo.g(nbytes)
                 cpu += work     # the full run's sum, term for term
                 done = max(done, cpu)
                 continue
             start = max(t, free)
-            free = start + nbytes * topo.beta_net
-            end = start + topo.alpha_net + nbytes * topo.beta_net
+            free = start + nbytes * topo.bn(nbytes)
+            end = start + topo.alpha_net + nbytes * topo.bn(nbytes)
             if op == "combine":
                 part = min(nbytes, topo.segment)
                 end += part * topo.g(part)
@@ -269,16 +325,38 @@ def _full(topo, steps, itemsize):
     egress = [0.0] * topo.nodes
     ingress = [0.0] * topo.nodes
     fabric = [0.0]
-    sent = defaultdict(deque)      # (src, dst, ctx) -> ((arrival, sent at, same node), bytes)
+    # (src, dst, ctx) -> ((arrival, sent at, same node), bytes, src): sent, not yet
+    # received (arrival None: a rendezvous message waiting for its receive)
+    sent = defaultdict(deque)
     waiting = defaultdict(deque)   # (src, dst, ctx) -> (post time, nbytes, combine) not sent
     left = [0] * n                 # receives of the current step still to complete
     done_at = [0.0] * n            # when the current step's receives have completed
     index = [0] * n
     finish = [0.0] * n
-    events = [(0.0, r) for r in range(n)]
+    pool = [0.0] * topo.cores if topo.cores and topo.shared_cores else None
+    free = ([pool if pool is not None else [0.0] * topo.cores for _ in range(topo.nodes)]
+            if topo.cores else None)
+    events = []
+    for r in range(n):      # each rank's own call (its Python) first, on a core where shared
+        start = 0.0
+        if free is not None and topo.call:
+            cores = free[topo.node(r)]
+            start = heapq.heappop(cores)
+            heapq.heappush(cores, start + topo.call)
+        events.append((start + topo.call, r))
     heapq.heapify(events)
-    free = [[0.0] * topo.cores for _ in range(topo.nodes)] if topo.cores else None
     mine = [0.0] * n               # when each rank (one thread) is done with its copies
+    bus = [0.0] * topo.nodes       # when each node's memory is free of copies (bus_at)
+    eager = topo.eager
+
+    sends_done = [0.0] * n         # when each rank's rendezvous sends have been taken
+    pending = [0] * n              # its rendezvous sends not yet matched and taken
+    ending = [False] * n           # at its end, waiting for them
+
+    def awaited(nbytes):
+        """Whether a send of nbytes is a rendezvous: its data moves once the receive
+        is posted, and the call ends once it has been taken."""
+        return eager is not None and nbytes > eager
 
     def on_cpu(dst, post, sent_at, arrival, nbytes, combine, local):
         """Completion of a receive whose work runs on its rank's thread (one receive
@@ -289,36 +367,64 @@ def _full(topo, steps, itemsize):
             # message after another on its own thread; sharing cores, the
             # message's α (matching, waking the receiver) queues with the copy
             ready = max(post, sent_at)
-            work, floor = topo.a_shm + nbytes * topo.b(nbytes), ready + topo.a_shm
+            a = topo.a(nbytes)
+            work, floor = a + nbytes * topo.b(nbytes), ready + a
+            if topo.alpha_wait and topo.oversubscribed:
+                # α a wait (the receiver's turn on a core), no core held for it
+                ready, work, a = floor, work - a, 0.0
         else:
-            ready = max(post, arrival - (nbytes - first) * topo.beta_net)
-            work, floor = 0.0, max(post, arrival)
+            # as the data starts to land; TCP's copies (net_cpu: the sender's and the
+            # receiver's, charged here) hold a core where ranks share them
+            ready = max(post, arrival - (nbytes - first) * topo.bn(nbytes))
+            work, floor = nbytes * topo.net_cpu, max(post, arrival)
         if combine:
             work += nbytes * topo.g(nbytes)
             floor += first * topo.g(first)
         if not work or (free is None and not local):   # as the network run always was
             return floor
         start = max(ready, mine[dst])
-        if free is not None:
-            cores = free[topo.node(dst)]
+        cores = free[topo.node(dst)] if free is not None else None
+        if cores is not None:
             start = max(start, heapq.heappop(cores))
+        if local and topo.bus_at:
+            # the copy's share of the node's memory (bus_at): one copy's at a time,
+            # the core held (and the copy's other part waiting) meanwhile
+            node = topo.node(dst)
+            at = max(start + a, bus[node])
+            bus[node] = at + nbytes * topo.m(nbytes)
+            work += at - (start + a)
+        if cores is not None:
             heapq.heappush(cores, start + work)
         mine[dst] = start + work
         return max(start + work, floor)
 
-    def complete(dst, post, msg, nbytes, combine, now):
+    def finished(r, t, now):
+        """One receive, or awaited send, of rank r's step done at t."""
+        done_at[r] = max(done_at[r], t)
+        left[r] -= 1
+        if left[r] == 0:
+            heapq.heappush(events, (max(done_at[r], now), r))
+
+    def complete(src, dst, post, msg, nbytes, combine, now):
         arrival, sent_at, local = msg
         t = on_cpu(dst, post, sent_at, arrival, nbytes, combine, local)
-        done_at[dst] = max(done_at[dst], t)
-        left[dst] -= 1
-        if left[dst] == 0:
-            heapq.heappush(events, (max(done_at[dst], now), dst))
+        if awaited(nbytes):
+            # a rendezvous send completes once its data is taken: on shared memory
+            # when the receiver's copy ends, on the network when the last byte left;
+            # the sender's call waits for it at its end (the general path's
+            # wait_sends), not at its next step
+            sends_done[src] = max(sends_done[src], t if local else arrival - topo.alpha_net)
+            pending[src] -= 1
+            if not pending[src] and ending[src]:
+                ending[src] = False
+                heapq.heappush(events, (max(sends_done[src], now), src))
+        finished(dst, t, now)
 
     def depart(src, dst, nbytes, t):
         if topo.node(src) == topo.node(dst):   # unused: the receiver's copy sets its time
-            return t + topo.a_shm + nbytes * topo.b(nbytes)
+            return t + topo.a(nbytes) + nbytes * topo.b(nbytes)
         a, b = topo.node(src), topo.node(dst)
-        wire = nbytes * topo.beta_net
+        wire = nbytes * topo.bn(nbytes)
         start = max(t, egress[a], ingress[b])
         if topo.bisection:
             start = max(start, fabric[0])
@@ -326,30 +432,45 @@ def _full(topo, steps, itemsize):
         egress[a] = ingress[b] = start + wire
         return start + topo.alpha_net + wire
 
+    def message(src, dst, nbytes, t, post=None):
+        """(arrival, sent at, same node) of a send at t; a rendezvous message moves
+        only once its receive is posted (post; None: not yet: arrival None)."""
+        local = topo.node(src) == topo.node(dst)
+        if awaited(nbytes) and not local:
+            if post is None:
+                return None, t, local
+            return depart(src, dst, nbytes, max(t, post)), t, local
+        return depart(src, dst, nbytes, t), t, local
+
     while events:
         t, r = heapq.heappop(events)
         if index[r] == len(steps[r]):
-            finish[r] = t
+            if pending[r]:              # a send not yet taken: its completion ends it
+                ending[r] = True
+                continue
+            finish[r] = max(t, sends_done[r])
             continue
         msgs = steps[r][index[r]]
         index[r] += 1
         recvs = [m for m in msgs if m[0] != "send"]
-        left[r] = len(recvs)
+        left[r] = started = len(recvs)
         done_at[r] = t
         for m in msgs:
             op, peer, lo, hi = m[:4]
             nbytes = (hi - lo) * itemsize
             if op == "send":
-                msg = (depart(r, peer, nbytes, t), t, topo.node(r) == topo.node(peer))
+                pending[r] += awaited(nbytes)
                 q = waiting[(r, peer, getattr(m, "ctx", None))]
                 if q:
                     post, size, combine = q.popleft()
                     if size != nbytes:
                         raise ScheduleError(f"{r} -> {peer}: {nbytes} bytes sent, {size} "
                                             "expected")
-                    complete(peer, post, msg, nbytes, combine, t)
+                    complete(r, peer, post, message(r, peer, nbytes, t, post), nbytes,
+                             combine, t)
                 else:
-                    sent[(r, peer, getattr(m, "ctx", None))].append((msg, nbytes))
+                    sent[(r, peer, getattr(m, "ctx", None))].append(
+                        (message(r, peer, nbytes, t), nbytes))
         for m in recvs:
             op, peer, lo, hi = m[:4]
             nbytes = (hi - lo) * itemsize
@@ -358,12 +479,14 @@ def _full(topo, steps, itemsize):
                 msg, size = q.popleft()
                 if size != nbytes:
                     raise ScheduleError(f"{peer} -> {r}: {size} bytes sent, {nbytes} expected")
-                complete(r, t, msg, nbytes, op == "combine", t)
+                if msg[0] is None:      # a rendezvous message: it moves now
+                    msg = message(peer, r, nbytes, msg[1], t)
+                complete(peer, r, t, msg, nbytes, op == "combine", t)
             else:
                 waiting[(peer, r, getattr(m, "ctx", None))].append((t, nbytes, op == "combine"))
-        if not recvs:
+        if not started:
             heapq.heappush(events, (t, r))
-    stuck = [r for r in range(n) if index[r] < len(steps[r]) or left[r]]
+    stuck = [r for r in range(n) if index[r] < len(steps[r]) or left[r] or pending[r]]
     if stuck:
         raise ScheduleError(f"ranks {stuck[:8]} never finished: a receive with no matching "
                             "send")

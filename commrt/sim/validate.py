@@ -17,6 +17,7 @@ With ``--hosts``, the same across network namespace hosts at each link rate
 inside a host, α_net, β_net between).  Figures are for a quiet machine.
 """
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -37,11 +38,15 @@ def _params(comm):
             "segment": p.segment}
 
 
-# message sizes of the β curve: an exchange of each between ranks 0 and 1
-BETA_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+# message sizes of the β curve: an exchange of each between ranks 0 and 1 (8 KiB
+# eager, from 32 KiB the streamed path's handshake, from 12 MiB process_vm_readv)
+BETA_SIZES = (8 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+# message sizes of the shift exchange (every rank at once, where ranks outnumber
+# the cores: eager, streamed, and from 1 MiB process_vm_readv)
+SHIFT_SIZES = (8 << 10, 32 << 10, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 8 << 20)
 
 
-def _exchange_time(comm, peer, nbytes, reps=7):
+def _exchange_time(comm, peer, nbytes, reps=11):
     """Lower quartile of reps sendrecvs of nbytes with peer (both send at once,
     as a step of an exchange; point to point, no collective) after two warm-ups."""
     import time
@@ -58,6 +63,37 @@ def _exchange_time(comm, peer, nbytes, reps=7):
     return sorted(times)[len(times) // 4]
 
 
+def _pingpong_time(comm, peer, nbytes, reps=9):
+    """Lower quartile of reps round trips of nbytes, rank 0 sending first and rank
+    1 answering with as many (one copy at a time), halved: one way's time."""
+    import time
+
+    import numpy as np
+
+    out, into = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+    times = []
+    for i in range(reps + 2):
+        t0 = time.perf_counter()
+        if comm.rank == 0:
+            comm.send(out, peer, timeout=60)
+            comm.recv(into, peer, timeout=60)
+        else:
+            comm.recv(into, peer, timeout=60)
+            comm.send(out, peer, timeout=60)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 4] / 2
+
+
+def _oneway_curve(comm, alpha, sizes=BETA_SIZES):
+    """((size, β), ...) of one copy at a time (ping-pong): β = (one way - α) / size."""
+    curve = None
+    if comm.rank < 2:
+        curve = [(k, max(1e-12, (_pingpong_time(comm, 1 - comm.rank, k) - alpha) / k))
+                 for k in sizes]
+    return tuple(tuple(x) for x in comm.broadcast_obj(curve, 0))
+
+
 def _beta_curve(comm, alpha, sizes=BETA_SIZES):
     """((size, β), ...): ranks 0 and 1 exchange each size, β = (time - α) / size;
     the others wait in the broadcast that spreads the figures."""
@@ -66,6 +102,144 @@ def _beta_curve(comm, alpha, sizes=BETA_SIZES):
         curve = [(k, max(1e-12, (_exchange_time(comm, 1 - comm.rank, k) - alpha) / k))
                  for k in sizes]
     return tuple(tuple(x) for x in comm.broadcast_obj(curve, 0))
+
+
+def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3):
+    """((size, seconds), ...): every rank at once runs its list of sendrecvs
+    ``pairs`` ((dst, src), ...; point to point) with size-byte messages; the
+    median over batches of the time per sendrecv, rank 0's (the ranks end
+    within one exchange of each other)."""
+    import time
+
+    import numpy as np
+
+    r = comm.rank
+    out = []
+    for k in sizes:
+        a, b = np.ones(k, np.uint8), np.zeros(k, np.uint8)
+
+        def lap():
+            for dst, src in pairs:
+                comm.sendrecv(a, dst, b, src, timeout=120)
+        lap()
+        comm.barrier()
+        t0 = time.perf_counter()
+        lap()
+        est = time.perf_counter() - t0
+        laps = comm.broadcast_obj(max(1, int(target_s / batches / max(est, 1e-6)))
+                                  if r == 0 else None, 0)
+        times = []
+        for _ in range(batches):
+            comm.barrier()
+            t0 = time.perf_counter()
+            for _ in range(laps):
+                lap()
+            times.append((time.perf_counter() - t0) / laps / len(pairs))
+        out.append((k, sorted(times)[len(times) // 2]))
+    return tuple(tuple(x) for x in comm.broadcast_obj(out if r == 0 else None, 0))
+
+
+def _shift_times(comm, sizes=SHIFT_SIZES):
+    """The shift exchange (every rank at once sends to rank + d and receives from
+    rank - d, d = 1..N-1 in turn): calibrate.fit_alpha turns it into the α the
+    engine charges where ranks outnumber cores: the cost of all ranks waking,
+    waiting and copying at once, which one message between two ranks alone
+    does not show."""
+    n, r = comm.size, comm.rank
+    return _pattern_times(comm, [((r + d) % n, (r - d) % n) for d in range(1, n)], sizes)
+
+
+def _gamma_busy(comm, cores):
+    """γ_mem with min(N, cores) ranks running the combine kernel at once (they
+    share the memory bus in a collective's steps; the cost model's γ_mem is one
+    rank's alone); rank 0's figure."""
+    from commrt.collectives.cost import GAMMA_LARGE, _measure_gamma
+
+    comm.barrier()
+    g = _measure_gamma(GAMMA_LARGE, 5)[0] if comm.rank < min(comm.size, cores) else None
+    return comm.broadcast_obj(g, 0)
+
+
+NET_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+CROSS_SIZES = (8, 64 << 10, 1 << 20, 4 << 20)       # every rank across the link at once
+INNER_SIZES = (8 << 10, 64 << 10, 1 << 20, 4 << 20)  # every rank inside its host at once
+
+
+def _pair_times(comm, pair, sizes, reps=5):
+    """((size, seconds, CPU seconds), ...) of pair[0] exchanging each size with
+    pair[1] (sendrecv, lower quartile of reps; CPU: the process's, all its
+    threads, per exchange, the median); the other ranks wait in the broadcast."""
+    import time
+
+    import numpy as np
+
+    got = None
+    if comm.rank in pair:
+        peer = pair[1] if comm.rank == pair[0] else pair[0]
+        got = []
+        for k in sizes:
+            out, into = np.ones(k, np.uint8), np.zeros(k, np.uint8)
+            walls, cpus = [], []
+            for i in range(reps + 2):
+                c0, t0 = time.process_time(), time.perf_counter()
+                comm.sendrecv(out, peer, into, peer, timeout=120)
+                if i >= 2:
+                    walls.append(time.perf_counter() - t0)
+                    cpus.append(time.process_time() - c0)
+            got.append((k, sorted(walls)[len(walls) // 4], sorted(cpus)[len(cpus) // 2]))
+    return tuple(tuple(x) for x in comm.broadcast_obj(got, pair[0]))
+
+
+def hosts_calibration(comm):
+    """The simulator's point-to-point figures across namespace hosts (every rank
+    calls it; ``bench hosts``'s job with ``"sim": true`` in its spec): the
+    exchange between the first two hosts' first ranks per size (β_net per size,
+    and the CPU TCP's copies cost: net_cpu), the one between a host's first two
+    ranks (β per size), the machine's cores, which every host shares, and the
+    general path's own work per call (_call_cost)."""
+    from commrt.collectives.cost import _cores, host_groups
+
+    groups = host_groups(comm)
+    net = _pair_times(comm, (groups[0][0], groups[1][0]), (8,) + NET_SIZES)
+    local = next(((g[0], g[1]) for g in groups if len(g) > 1), None)
+    shm = _pair_times(comm, local, (8,) + BETA_SIZES) if local else ()
+    out = {"net": net, "shm": shm, "cores": _cores(), "call": _call_cost(comm)}
+    n, h = comm.size, len(groups)
+    if all(len(g) == len(groups[0]) for g in groups):   # the block placement sim models
+        mine = next(g for g in groups if comm.rank in g)
+        i, per = mine.index(comm.rank), len(mine)
+        # every rank with its place on the next host / the next rank of its own
+        cross = [((comm.rank + per) % n, (comm.rank - per) % n)] if h > 1 else []
+        inner = [(mine[(i + 1) % per], mine[(i - 1) % per])] if per > 1 else []
+        out["cross"] = _pattern_times(comm, cross, CROSS_SIZES) if cross else ()
+        out["inner"] = _pattern_times(comm, inner, INNER_SIZES) if inner else ()
+    return out
+
+
+def _call_cost(comm, algo="ring", nbytes=64 << 10, reps=300):
+    """Seconds of the general path's own work per all-reduce call (argument
+    checks, the reducer, the Call, its wait for sends: what the validation's
+    calls, which name their algorithm, run before and after their messages),
+    timed on a one-rank communicator of each rank's own, where no message
+    moves; the lower quartile of 5 batches, rank 0's."""
+    import time
+
+    import numpy as np
+
+    import commrt.collectives as C
+
+    alone = comm.split(comm.rank)
+    buf = np.zeros(nbytes // 4, np.float32)
+    for _ in range(20):
+        C.all_reduce(alone, buf, "SUM", algo)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            C.all_reduce(alone, buf, "SUM", algo)
+        times.append((time.perf_counter() - t0) / reps)
+    alone.close()
+    return comm.broadcast_obj(sorted(times)[1] if comm.rank == 0 else None, 0)
 
 
 def _hop(comm):
@@ -79,26 +253,35 @@ def _hop(comm):
 
 
 def _params_cores(comm):
-    p = _params(comm)
+    from commrt.bench._coll import bind
     from commrt.collectives.cost import _cores
+
+    bind(comm.rank, comm.size)    # as the measured job's ranks are (bench allreduce)
+    p = _params(comm)
     p["cores"] = _cores()
+    p["gamma_busy"] = _gamma_busy(comm, p["cores"])
+    p["call"] = _call_cost(comm)
     if comm.size == 2:   # the pair alone: with more ranks their waiting skews it
         p["beta_at"] = _beta_curve(comm, p["alpha"])
+        p["oneway_at"] = _oneway_curve(comm, p["alpha"])
     if comm.size > p["cores"]:
         p["alpha_oversub"] = _hop(comm) * 1e-6
+        p["shift"] = _shift_times(comm)
     return p
 
 
 def calibrate(n, pair=None):
     """The simulator's parameters for n ranks on this host: the cost model's
-    calibration of an n-rank job, the ring-pass hop where n ranks outnumber the
-    cores, and the β curve of a two-rank job (``pair``: one measured before)."""
+    calibration of an n-rank job, the ring-pass hop and the shift exchange
+    where n ranks outnumber the cores, the combine kernel under load, and the
+    β curve of a two-rank job (``pair``: one measured before)."""
     from commrt.testing import World
 
     with World(n, env={"COMMRT_COST_CACHE": ""}, timeout=300) as w:
         p = w.run(_params_cores)[0]
     if "beta_at" not in p:
-        p["beta_at"] = (pair or calibrate(2))["beta_at"]
+        pair = pair or calibrate(2)
+        p["beta_at"], p["oneway_at"] = pair["beta_at"], pair["oneway_at"]
     return p
 
 
@@ -110,21 +293,68 @@ def measure(n, sizes, algos, timeout=600):
     return {(row["algo"], row["bytes"]): row["time_s"] for row in rows}
 
 
-def predicted(n, nbytes, algo, p):
+# the model's terms, each switchable for the comparisons in docs/scale.md
+TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait")
+
+
+def _eager():
+    from commrt import config
+
+    return config.get("COMMRT_EAGER_LIMIT")
+
+
+def topology(n, p, terms=TERMS):
+    """The one-node topology of n ranks with the calibration p: the cost model's
+    α, β, γ, γ_mem; β per size; where ranks outnumber cores those cores, and α
+    per size fitted to the shift exchange ("shift"; else the ring-pass hop);
+    γ_mem of ranks combining at once ("gamma_busy"); messages above the eager
+    limit move once received and end their sender's call when taken
+    ("rendezvous"); each rank's call costs its general path's own work first
+    ("call"); a copy's β(s) is one copy's alone (ping-pong), and the rest of
+    an exchange's, where both ranks copy at once, the node's memory taken one
+    copy at a time ("bus"); where ranks outnumber cores α is a wait for a
+    core, not work on one ("wait")."""
+    gmem = p.get("gamma_mem")
+    if "gamma_busy" in terms and p.get("gamma_busy"):
+        gmem = max(gmem or 0.0, p["gamma_busy"])
     topo = Topology(1, n, p["alpha"], p["beta"], p["alpha"], p["beta"], p["gamma"],
                     p["segment"], cores=p["cores"] if n > p["cores"] else None,
-                    gamma_mem=p.get("gamma_mem"), beta_at=tuple(map(tuple, p.get("beta_at", ()))),
-                    alpha_oversub=p.get("alpha_oversub"))
+                    gamma_mem=gmem, beta_at=tuple(map(tuple, p.get("beta_at", ()))),
+                    alpha_oversub=p.get("alpha_oversub"),
+                    eager=_eager() if "rendezvous" in terms else None,
+                    call=p.get("call", 0.0) if "call" in terms else 0.0,
+                    alpha_wait="wait" in terms)
+    if "bus" in terms and p.get("oneway_at"):
+        one = dict(map(tuple, p["oneway_at"]))
+        both = [(k, b) for k, b in topo.beta_at if k in one]
+        topo.beta_at = tuple((k, one[k]) for k, _ in both)
+        # two copies at once take β_exchange per byte each: one's own β, plus
+        # the other's share of the memory, which is the difference
+        topo.bus_at = tuple((k, min(one[k], max(0.0, b - one[k]))) for k, b in both)
+    if "shift" in terms and p.get("shift") and topo.oversubscribed:
+        from commrt.sim.calibrate import fit_alpha
+
+        topo.alpha_at = tuple((k, fit_alpha(topo, k, t)) for k, t in p["shift"])
+    return topo
+
+
+def predicted(n, nbytes, algo, p, topo=None):
+    topo = topo or topology(n, p)
     return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4), ranks_per_node=n),
                     itemsize=4)
 
 
-def run(ranks, sizes, algos, rounds, log=print):
-    data = {}    # (n, algo, bytes) -> {"measured": [...], "simulated": [...]}
+def run(ranks, sizes, algos, rounds, log=print, params=None):
+    """{(n, algo, bytes): {"measured": [...], "simulated": [...]}}, one entry a
+    round; params (a dict) receives each round's calibration, keyed (n, round),
+    so that ``replay`` can simulate the same measurements again."""
+    data = {}
+    params = {} if params is None else params
     for r in range(rounds):
         pair = calibrate(2)
         for n in ranks:
             p = pair if n == 2 else calibrate(n, pair)
+            params[(n, r)] = p
             runnable = []
             for algo in algos:
                 try:
@@ -135,17 +365,59 @@ def run(ranks, sizes, algos, rounds, log=print):
             if not runnable:
                 continue
             got = measure(n, sizes, runnable)
+            topo = topology(n, p)
             for algo in runnable:
                 for k in sizes:
                     cell = data.setdefault((n, algo, k), {"measured": [], "simulated": []})
                     cell["measured"].append(got[(algo, k)])
-                    cell["simulated"].append(predicted(n, k, algo, p))
+                    cell["simulated"].append(predicted(n, k, algo, p, topo))
         log(f"  round {r + 1}/{rounds} done")
     return data
 
 
-def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print):
-    """The same across namespace hosts: {(rate, algo, bytes): {...}}."""
+def replay(files, terms=None):
+    """The cells of saved runs (``--json``) simulated again with the calibration
+    saved beside them: the model changes, the measurements are the same.
+    terms: the model's terms to use (None: all; TERMS, or HOST_TERMS for runs
+    across hosts)."""
+    data = {}
+    for path in files:
+        with open(path) as f:
+            saved = json.load(f)
+        hosts = saved.get("hosts")
+        for key, cell in saved["cells"].items():
+            first, algo, k = key.split("|")
+            k = int(k)
+            out = data.setdefault((first if hosts else int(first), algo, k),
+                                  {"measured": [], "simulated": []})
+            for r, m in enumerate(cell["measured"]):
+                p = saved["params"][f"{first}|{r}"]
+                if hosts:
+                    local = saved["local"]
+                    topo = hosts_topology(hosts, local, p, HOST_TERMS if terms is None
+                                          else terms)
+                    n = hosts * local
+                else:
+                    n, local = int(first), int(first)
+                    topo = topology(n, p, TERMS if terms is None else terms)
+                out["measured"].append(m)
+                out["simulated"].append(simulate(topo, schedules.steps_of(
+                    algo, n, max(1, k // 4), ranks_per_node=local), itemsize=4))
+    return data
+
+
+def within(data, tol=0.25):
+    """(cells whose median sim/measured is within tol, cells)."""
+    ok = 0
+    for cell in data.values():
+        ratio = Summary([b / a for a, b in zip(cell["measured"], cell["simulated"])]).median
+        ok += abs(ratio - 1) <= tol
+    return ok, len(data)
+
+
+def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print, params=None):
+    """The same across namespace hosts: {(rate, algo, bytes): {...}}; params (a
+    dict) receives each job's calibration, keyed (rate, round)."""
     import os
     import tempfile
 
@@ -160,8 +432,9 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print):
             runnable.append(algo)
         except ScheduleError as exc:
             log(f"  {algo}: not simulated ({exc})")
-    spec = {"kind": "all_reduce", "sizes": list(sizes), "algos": runnable}
+    spec = {"kind": "all_reduce", "sizes": list(sizes), "algos": runnable, "sim": True}
     data = {}
+    params = {} if params is None else params
     with _netns.Hosts(hosts, mtu=9000) as h:
         for rate in rates:
             h.set_rate(rate)
@@ -169,11 +442,9 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print):
                 with tempfile.TemporaryDirectory(prefix="commrt-sim-validate-") as tmp:
                     os.chmod(tmp, 0o755)
                     res = run_commrt(h, local, spec, tmp, 600)
-                p = res["params"]
-                topo = Topology(hosts, local, p["alpha"], p["beta"], p["alpha_net"],
-                                p["beta_net"], p["gamma"], p["segment"],
-                                cores=p["cores"] if local > p["cores"] else None,
-                                gamma_mem=p.get("gamma_mem"))
+                p = dict(res["params"], sim=res.get("sim"))
+                params[(rate, r)] = p
+                topo = hosts_topology(hosts, local, p)
                 for row in res["rows"]:
                     k, algo = row["bytes"], row["algo"]
                     cell = data.setdefault((rate, algo, k), {"measured": [], "simulated": []})
@@ -183,6 +454,69 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print):
                         itemsize=4))
                 log(f"  {rate}: round {r + 1}/{rounds} done")
     return data
+
+
+HOST_TERMS = ("machine_cores", "net_curve", "net_cpu", "shm_curve", "rendezvous", "call",
+              "busy_shm", "busy_net")
+
+
+def _curve(pairs, alpha):
+    """((size, β), ...) from ((size, seconds, cpu), ...): β = (t - α) / size."""
+    return tuple((k, max(1e-12, (t - alpha) / k)) for k, t, _ in pairs if k > 8)
+
+
+def hosts_topology(hosts, local, p, terms=HOST_TERMS):
+    """The namespace hosts' topology from their job's calibration p (the cost
+    model's α, β, γ of both link classes) and, where the job ran
+    hosts_calibration (p["sim"]), the point-to-point terms: the machine's cores
+    shared by every host ("machine_cores"), β_net per size ("net_curve"), TCP's
+    copies on those cores ("net_cpu"), β per size inside a host ("shm_curve");
+    messages above the eager limit move once received ("rendezvous"), each
+    call's own work ("call"); and, fitted through the engine to every rank
+    exchanging at once, α per size inside a host where the machine's ranks
+    outnumber its cores ("busy_shm": every rank with its host's next) and α_net
+    and β_net per size ("busy_net": every rank with its place on the next host)."""
+    sim = p.get("sim") or {}
+    topo = Topology(hosts, local, p["alpha"], p["beta"], p["alpha_net"], p["beta_net"],
+                    p["gamma"], p["segment"],
+                    cores=p["cores"] if local > p["cores"] else None,
+                    gamma_mem=p.get("gamma_mem"),
+                    eager=_eager() if "rendezvous" in terms else None)
+    if not sim:
+        return topo
+    if "machine_cores" in terms and hosts * local > sim["cores"]:
+        topo.cores, topo.shared_cores = sim["cores"], True
+    net = sim["net"]
+    if "net_curve" in terms:
+        topo.alpha_net = net[0][1]
+        topo.beta_net_at = _curve(net, net[0][1])
+    if "net_cpu" in terms:
+        big, small = net[-1], net[0]
+        topo.net_cpu = max(0.0, (big[2] - small[2]) / (big[0] - small[0]))
+    if "call" in terms:
+        topo.call = sim.get("call", 0.0)
+    if "shm_curve" in terms and sim["shm"]:
+        topo.alpha_shm = sim["shm"][0][1]
+        topo.beta_at = _curve(sim["shm"], sim["shm"][0][1])
+    from commrt.sim.calibrate import fit_pattern, pattern_steps
+
+    n = hosts * local
+    if "busy_shm" in terms and sim.get("inner") and topo.oversubscribed and local > 1:
+        def inner(r):
+            base, i = r - r % local, r % local
+            return [(base + (i + 1) % local, base + (i - 1) % local)]
+        base = dataclasses.replace(topo, alpha_at=((1, 0.0),))
+        topo.alpha_at = tuple((k, fit_pattern(base, "alpha_at", pattern_steps(n, inner, k), 1,
+                                              t)) for k, t in sim["inner"])
+    if "busy_net" in terms and sim.get("cross") and hosts > 1:
+        def cross(r):
+            return [((r + local) % n, (r - local) % n)]
+        (k0, t0), rest = sim["cross"][0], sim["cross"][1:]
+        topo.alpha_net = fit_pattern(topo, "alpha_net", pattern_steps(n, cross, k0), 1, t0)
+        base = dataclasses.replace(topo, beta_net_at=((1, topo.beta_net),))
+        topo.beta_net_at = tuple((k, fit_pattern(base, "beta_net_at", pattern_steps(
+            n, cross, k), 1, t)) for k, t in rest)
+    return topo
 
 
 def report(data, first="N"):
@@ -208,24 +542,50 @@ def main(argv=None):
     p.add_argument("--ranks-per-host", type=int, default=2)
     p.add_argument("--rates", default="1gbit,10gbit")
     p.add_argument("--json")
+    p.add_argument("--replay", nargs="+", metavar="JSON",
+                   help="simulate the cells of saved runs (--json) again, measuring nothing")
+    p.add_argument("--terms", default="all",
+                   help="with --replay: the model's terms to use (of " + ",".join(TERMS)
+                   + ", or across hosts " + ",".join(HOST_TERMS)
+                   + "; 'none': the model before them)")
     args = p.parse_args(argv)
+    if args.replay:
+        terms = (None if args.terms == "all" else () if args.terms == "none"
+                 else tuple(args.terms.split(",")))
+        data = replay(args.replay, terms)
+        print(report(data))
+        print("within 25%%: %d of %d cells" % within(data))
+        return 0
     algos = (args.algos.split(",") if args.algos else
              [a for a in schedules.names() if schedules.has_schedule(a)
               and (args.hosts or a not in MULTI_HOST)])
     sizes = [parse_size(x) for x in args.sizes.split(",")]
     if args.hosts:
+        params = {}
         data = run_hosts(args.hosts, args.ranks_per_host, args.rates.split(","), sizes,
-                         algos, args.rounds)
+                         algos, args.rounds, params=params)
         print(f"{args.hosts} namespace hosts x {args.ranks_per_host} ranks")
         print(report(data, "link"))
+        print("within 25%%: %d of %d cells" % within(data))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"hosts": args.hosts, "local": args.ranks_per_host,
+                           "cells": {f"{n}|{a}|{k}": v for (n, a, k), v in data.items()},
+                           "params": {f"{n}|{r}": p for (n, r), p in params.items()}},
+                          f, indent=1)
+        return 0
     else:
         ranks = [int(x) for x in args.ranks.split(",")]
-        data = run(ranks, sizes, algos, args.rounds)
+        params = {}
+        data = run(ranks, sizes, algos, args.rounds, params=params)
         print(report(data))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({f"{n}|{a}|{k}": v for (n, a, k), v in data.items()}, f, indent=1)
-    return 0
+        print("within 25%%: %d of %d cells" % within(data))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"cells": {f"{n}|{a}|{k}": v for (n, a, k), v in data.items()},
+                           "params": {f"{n}|{r}": p for (n, r), p in params.items()}},
+                          f, indent=1)
+        return 0
 
 
 if __name__ == "__main__":

@@ -153,10 +153,18 @@ def test_validate_runs_end_to_end(tmp_path):
                           "--sizes", "4K", "--rounds", "1", "--json", str(tmp_path / "v.json")],
                          capture_output=True, text=True, timeout=280)
     assert out.returncode == 0, out.stderr
-    data = json.loads((tmp_path / "v.json").read_text())
+    saved = json.loads((tmp_path / "v.json").read_text())
+    data = saved["cells"]
     with_schedule = {a for a in schedules.names() if schedules.has_schedule(a)}
     # every one by default, but those for several hosts (on one: hierarchical)
     assert {key.split("|")[1] for key in data} == with_schedule - set(validate.MULTI_HOST)
     for cell in data.values():
         assert cell["measured"][0] > 0 and cell["simulated"][0] > 0
     assert "sim/measured" in out.stdout
+    # the calibration is saved beside the cells: replaying gives the same figures
+    p = saved["params"]["2|0"]
+    assert p["call"] > 0 and p["alpha"] > 0 and len(p["beta_at"]) == len(validate.BETA_SIZES)
+    again = validate.replay([str(tmp_path / "v.json")])
+    for key, cell in data.items():
+        n, algo, k = key.split("|")
+        assert again[(int(n), algo, int(k))]["simulated"] == cell["simulated"]

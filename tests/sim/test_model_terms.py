@@ -1,0 +1,228 @@
+"""The simulator's model terms measured point to point for the validation: α per
+message size where ranks outnumber cores (fitted back through the engine), the
+machine's cores shared by namespace hosts with TCP's copies on them, rendezvous
+messages that move once received, and the replay of saved measurements."""
+import dataclasses
+import json
+
+import pytest
+
+from commrt.sim import schedules, validate
+from commrt.sim.calibrate import fit_alpha, shift_steps
+from commrt.sim.engine import Topology, curve, simulate
+
+A, B, G = 5e-6, 1e-9, 2e-10
+
+
+def topo(nodes, per_node, **kw):
+    base = dict(alpha_shm=A, beta_shm=B, alpha_net=2 * A, beta_net=4 * B, gamma=G,
+                segment=1 << 30)
+    base.update(kw)
+    return Topology(nodes, per_node, **base)
+
+
+def test_curves_are_log_linear_between_their_sizes_and_flat_beyond():
+    pts = ((1 << 10, 4.0), (1 << 20, 1.0))
+    assert curve(pts, 1) == 4.0 and curve(pts, 1 << 30) == 1.0
+    assert curve(pts, 1 << 15) == pytest.approx(2.5)   # half way in log size
+
+
+def test_alpha_per_size_only_where_ranks_outnumber_cores():
+    pts = ((1 << 10, 1e-5), (1 << 20, 1e-4))
+    assert topo(1, 4, cores=4, alpha_at=pts).a(1 << 20) == A    # a core each
+    assert topo(1, 4, alpha_at=pts).a(1 << 20) == A             # cores not modelled
+    over = topo(1, 4, cores=2, alpha_at=pts)
+    assert over.oversubscribed and over.a(1 << 20) == 1e-4 and over.a(1 << 10) == 1e-5
+    # namespace hosts on one machine: 2 x 2 ranks on its 2 cores share them
+    assert topo(2, 2, cores=2, shared_cores=True).oversubscribed
+    assert not topo(2, 2, cores=2).oversubscribed
+
+
+@pytest.mark.parametrize("n", [3, 4, 8])
+@pytest.mark.parametrize("nbytes", [8 << 10, 1 << 20])
+def test_fitted_alpha_gives_back_the_measured_shift_exchange(n, nbytes):
+    t = topo(1, n, cores=2)
+    copies = simulate(dataclasses.replace(t, alpha_at=((1, 0.0),)),
+                      shift_steps(n, nbytes), itemsize=1) / (n - 1)
+    measured = 3 * copies + 20e-6
+    a = fit_alpha(t, nbytes, measured)
+    assert a > 0
+    again = simulate(dataclasses.replace(t, alpha_at=((1, a),)), shift_steps(n, nbytes),
+                     itemsize=1) / (n - 1)
+    assert again == pytest.approx(measured, rel=1e-6)
+    # faster than the copies themselves: no negative α
+    assert fit_alpha(t, nbytes, copies / 2) == 0.0
+    with pytest.raises(ValueError, match="outnumber"):
+        fit_alpha(topo(1, n, cores=n), nbytes, measured)
+
+
+def test_tcp_copies_take_turns_on_the_machines_cores():
+    """Two hosts' ranks receive at once across the link; TCP's copies (net_cpu)
+    cost nothing where cores are not modelled, and queue on one shared core."""
+    k = 1 << 20
+
+    def steps(r):   # ranks 0, 1 on host 0 each exchange with one on host 1
+        return [[("send", (r + 2) % 4, 0, k), ("recv", (r + 2) % 4, 0, k)]]
+    wire = simulate(topo(2, 2), steps, itemsize=1)
+    cpu = 2 * B
+    spread = simulate(topo(2, 2, net_cpu=cpu), steps, itemsize=1)
+    shared = simulate(topo(2, 2, net_cpu=cpu, cores=1, shared_cores=True), steps, itemsize=1)
+    assert spread == wire
+    # four receives of k bytes (one segment each) on one core, one after another
+    # from the first message's arrival (2α + k·β_net): 4·k·net_cpu
+    assert shared == pytest.approx(2 * A + 4 * B * k + 4 * k * cpu, rel=1e-9)
+    assert shared > wire
+
+
+def test_a_rendezvous_message_moves_once_its_receive_is_posted():
+    """Rank 2 is busy with a local combine of D seconds before it posts the receive
+    of rank 0's message across the link: with the eager limit below the size the
+    bytes leave only then (and rank 0's call ends when they have left)."""
+    c = 1 << 16
+    nb = 4 * c
+
+    def steps(r):
+        return {0: [[("send", 2, 0, c)]], 1: [],
+                2: [[("combine", 3, 0, c)], [("recv", 0, 0, c)]],
+                3: [[("send", 2, 0, c)]]}[r]
+    t = topo(2, 2)
+    d = A + nb * (B + G)          # rank 2's local receive and combine
+    assert simulate(t, steps) == pytest.approx(max(d, 2 * A + nb * 4 * B), rel=1e-9)
+    assert simulate(dataclasses.replace(t, eager=16384), steps) == \
+        pytest.approx(d + 2 * A + nb * 4 * B, rel=1e-9)
+    # below the eager limit it is sent at once, as before
+    assert simulate(dataclasses.replace(t, eager=nb), steps) == simulate(t, steps)
+
+
+def test_rendezvous_keeps_the_symmetry_shortcut_exact():
+    from commrt.sim import engine
+
+    for algo in ("rabenseifner", "recursive_doubling", "ring"):
+        steps = schedules.steps_of(algo, 16, 1 << 16)
+        t = topo(16, 1, eager=16384)
+        short, taken = engine.run(t, steps)
+        assert taken and short == engine.run(t, steps, shortcut=False)[0]
+
+
+def _params(n, cores=2):
+    return {"alpha": 8e-6, "beta": 2e-10, "gamma": 1e-10, "gamma_mem": 3e-10,
+            "segment": 1 << 18, "cores": cores, "gamma_busy": 4e-10,
+            "beta_at": [[8192, 5e-10], [1 << 20, 2e-10]], "alpha_oversub": 1e-5,
+            "oneway_at": [[8192, 4e-10], [1 << 20, 1.2e-10]],
+            "shift": [[8192, 60e-6], [1 << 20, 900e-6]]}
+
+
+def test_the_validation_topology_takes_each_term_and_leaves_it_out():
+    p = _params(4)
+    full = validate.topology(4, p)
+    assert full.cores == 2 and full.gamma_mem == 4e-10 and full.eager
+    assert len(full.alpha_at) == 2 and full.a(8192) > 0
+    # one copy's β, and the exchange's rest on the node's memory
+    assert full.beta_at == ((8192, 4e-10), (1 << 20, 1.2e-10))
+    assert [k for k, _ in full.bus_at] == [8192, 1 << 20]
+    assert [m for _, m in full.bus_at] == pytest.approx([1e-10, 0.8e-10])
+    bare = validate.topology(4, p, terms=())
+    assert bare.alpha_at == () and bare.gamma_mem == 3e-10 and bare.eager is None
+    assert bare.bus_at == () and bare.beta_at == ((8192, 5e-10), (1 << 20, 2e-10))
+    assert bare.a(8192) == 1e-5                           # the ring-pass hop
+    assert validate.topology(2, p).cores is None          # a core each
+
+
+def test_hosts_topology_from_the_jobs_point_to_point_figures():
+    p = dict(_params(2), alpha_net=40e-6, beta_net=1e-9, sim={
+        "cores": 2,
+        "net": [[8, 50e-6, 20e-6], [1 << 16, 150e-6, 40e-6], [1 << 20, 1.2e-3, 0.5e-3]],
+        "shm": [[8, 9e-6, 9e-6], [1 << 16, 30e-6, 30e-6]]})
+    t = validate.hosts_topology(2, 2, p)
+    assert t.cores == 2 and t.shared_cores and t.oversubscribed
+    assert t.alpha_net == 50e-6 and t.bn(1 << 20) == pytest.approx((1.2e-3 - 50e-6) / (1 << 20))
+    assert t.net_cpu == pytest.approx((0.5e-3 - 20e-6) / ((1 << 20) - 8))
+    assert t.alpha_shm == 9e-6 and len(t.beta_at) == 1
+    plain = validate.hosts_topology(2, 2, dict(p, sim=None))
+    assert plain.cores is None and plain.net_cpu == 0 and plain.beta_net == 1e-9
+
+
+def test_hosts_busy_terms_give_back_the_patterns_they_were_fitted_to():
+    """Every rank across the link at once (cross) and every rank with its host's
+    other (inner): α_net, β_net per size and α per size solved through the engine
+    give the measured times back."""
+    from commrt.sim.calibrate import pattern_steps
+
+    cross = [[8, 200e-6], [1 << 16, 900e-6], [1 << 20, 9e-3]]
+    inner = [[8 << 10, 80e-6], [1 << 20, 2e-3]]
+    p = dict(_params(2), alpha_net=40e-6, beta_net=1e-9, sim={
+        "cores": 2, "call": 0.0, "cross": cross, "inner": inner,
+        "net": [[8, 50e-6, 20e-6], [1 << 20, 1.2e-3, 0.5e-3]],
+        "shm": [[8, 9e-6, 9e-6], [1 << 16, 30e-6, 30e-6]]})
+    t = validate.hosts_topology(2, 2, p)
+    for k, want in cross:
+        steps = pattern_steps(4, lambda r: [((r + 2) % 4, (r - 2) % 4)], k)
+        assert simulate(t, steps, itemsize=1) == pytest.approx(want, rel=1e-3)
+    for k, want in inner:
+        steps = pattern_steps(4, lambda r: [(r ^ 1, r ^ 1)], k)
+        assert simulate(t, steps, itemsize=1) == pytest.approx(want, rel=1e-3)
+    assert len(t.beta_net_at) == 2 and len(t.alpha_at) == 2
+
+
+def test_replay_simulates_saved_measurements_with_their_calibration(tmp_path):
+    p2, p4 = _params(2), _params(4)
+    saved = {"cells": {"2|rabenseifner|65536": {"measured": [1e-4, 2e-4], "simulated": [0, 0]},
+                       "4|ring|1048576": {"measured": [3e-3], "simulated": [0]}},
+             "params": {"2|0": p2, "2|1": dict(p2, alpha=2e-5), "4|0": p4}}
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(saved))
+    data = validate.replay([str(path)])
+    cell = data[(2, "rabenseifner", 65536)]
+    assert cell["measured"] == [1e-4, 2e-4]
+    assert cell["simulated"][0] == validate.predicted(2, 65536, "rabenseifner", p2)
+    assert cell["simulated"][1] > cell["simulated"][0]   # round 2's own α
+    ring = data[(4, "ring", 1048576)]["simulated"][0]
+    assert ring == validate.predicted(4, 1 << 20, "ring", p4)
+    assert validate.within(data, 1e9) == (2, 2)
+
+
+def test_each_ranks_call_comes_before_its_first_step():
+    from commrt.sim import engine
+
+    steps = schedules.steps_of("recursive_doubling", 8, 1 << 12)
+    plain = simulate(topo(8, 1), steps)
+    for shortcut in (True, False):
+        assert engine.run(topo(8, 1, call=7e-6), steps, shortcut=shortcut)[0] == \
+            pytest.approx(plain + 7e-6, rel=1e-12)
+    # sharing one core, the ranks' calls take turns on it before anything moves
+    assert simulate(topo(1, 4, cores=1, call=1e-3), schedules.steps_of(
+        "recursive_doubling", 4, 16)) >= 4e-3
+
+
+def test_copies_at_once_share_the_nodes_memory():
+    """bus_at: an exchange's two copies take the node's memory one at a time for
+    their bus part, so a step costs α + s·(β + m) where one copy alone costs
+    α + s·β; other nodes' memories are their own."""
+    k, m = 1 << 20, 0.5 * B
+    t = topo(1, 2, bus_at=((1, m),))
+    both = simulate(t, lambda r: [[("send", 1 - r, 0, k), ("recv", 1 - r, 0, k)]], itemsize=1)
+    one = simulate(t, lambda r: [[("send", 1, 0, k)]] if r == 0 else [[("recv", 0, 0, k)]],
+                   itemsize=1)
+    assert one == pytest.approx(A + k * B, rel=1e-12)
+    assert both == pytest.approx(A + k * (B + m), rel=1e-12)
+    assert simulate(topo(1, 2), lambda r: [[("send", 1 - r, 0, k), ("recv", 1 - r, 0, k)]],
+                    itemsize=1) == pytest.approx(one, rel=1e-12)
+    two_nodes = topo(2, 2, bus_at=((1, m),))
+    assert simulate(two_nodes, lambda r: [[("send", r ^ 1, 0, k), ("recv", r ^ 1, 0, k)]],
+                    itemsize=1) == pytest.approx(both, rel=1e-12)
+
+
+def test_an_oversubscribed_alpha_is_a_wait_or_a_cores_work():
+    """alpha_wait: four ranks on two cores each receive one message at once; as a
+    wait α is paid once, in parallel, before the four copies share the cores;
+    as work it queues with each copy."""
+    k, x = 1 << 16, 50e-6
+    steps = shift_steps(4, k)
+    one = lambda r: [steps(r)[0]]   # noqa: E731  (d = 1 only)
+    work = topo(1, 4, cores=2, alpha_at=((1, x),))
+    wait = dataclasses.replace(work, alpha_wait=True)
+    assert simulate(work, one, itemsize=1) == pytest.approx(2 * (x + k * B), rel=1e-12)
+    assert simulate(wait, one, itemsize=1) == pytest.approx(x + 2 * k * B, rel=1e-12)
+    # a core each: α is α_shm either way
+    spread = dataclasses.replace(wait, cores=4)
+    assert simulate(spread, one, itemsize=1) == pytest.approx(A + k * B, rel=1e-12)
