@@ -3,18 +3,31 @@
     python -m commrt.sim validate [--ranks 2,4,8] [--sizes 64K,1M,16M]
         [--algos NAME,...] [--rounds 3] [--json out.json]
     python -m commrt.sim validate --hosts 2 --ranks-per-host 2 --rates 1gbit,10gbit ...
+    python -m commrt.sim validate --replay out.json [...] [--terms T,...|none|all]
 
-Per world size N: α, β and γ come from commrt's calibration of an N-rank job
-(cost.params: an 8-byte and a 1 MiB exchange between two ranks, reduce_into
-on rank 0, in cache and out of it (γ_mem): point-to-point and kernel numbers
-only, never α_busy, which the cost model takes from an 8-byte collective);
-the all-reduces are then measured with the collective benchmarks' loop (``bench allreduce``'s
-``run_commrt``) and simulated from the algorithms' schedules with those
-parameters, one node of N ranks.  The fit never sees a collective's time.
-Reports measured and simulated time and their ratio (target: within 25%).
+Per world size N and round: α, β and γ come from commrt's calibration of an
+N-rank job (cost.params: an 8-byte and a 1 MiB exchange between two ranks,
+reduce_into on rank 0, in cache and out of it (γ_mem); never α_busy, which
+the cost model takes from an 8-byte collective), and the simulator's own
+point-to-point and kernel figures (TERMS, each switchable): β per message
+size (two ranks exchanging alone), where N ranks outnumber the cores the
+shift exchange (every rank at once sendrecv with rank ± d; fitted back
+through the engine into α per size, ``shift``, which is a wait for a core,
+``wait``), the general path's own work per call (timed on a one-rank
+communicator, where no message moves: ``call``), γ_mem with the cores all
+combining (``gamma_busy``), the eager limit (``rendezvous``), and a one-way
+β curve with the memory two copies share (``bus``, measured, not used by
+default).  The all-reduces are then measured with the collective
+benchmarks' loop (``bench allreduce``'s ``run_commrt``) and simulated from
+the algorithms' schedules, one node of N ranks.  No fit ever sees a
+collective's time.  Reports measured and simulated time and their ratio
+(target: within 25%).  With ``--json`` the calibration is saved beside the
+cells, and ``--replay`` simulates saved cells again with the model as it is
+now (``--terms`` picks its terms): measure once, change the model offline.
 With ``--hosts``, the same across network namespace hosts at each link rate
-(``bench hosts``'s job, whose calibration gives both link classes: α, β
-inside a host, α_net, β_net between).  Figures are for a quiet machine.
+(``bench hosts``'s job, whose calibration gives both link classes, plus
+hosts_calibration's point-to-point figures: HOST_TERMS).  Figures are for a
+quiet machine.
 """
 import argparse
 import dataclasses
@@ -295,6 +308,10 @@ def measure(n, sizes, algos, timeout=600):
 
 # the model's terms, each switchable for the comparisons in docs/scale.md
 TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait")
+# those the validation uses: "bus" is measured and kept for comparison, but its
+# one-way curve is the noisiest figure here (a 16 MiB ping-pong slower per copy
+# than the exchange in some rounds), and it did not help (docs/scale.md)
+DEFAULT_TERMS = ("shift", "gamma_busy", "rendezvous", "call", "wait")
 
 
 def _eager():
@@ -303,7 +320,7 @@ def _eager():
     return config.get("COMMRT_EAGER_LIMIT")
 
 
-def topology(n, p, terms=TERMS):
+def topology(n, p, terms=DEFAULT_TERMS):
     """The one-node topology of n ranks with the calibration p: the cost model's
     α, β, γ, γ_mem; β per size; where ranks outnumber cores those cores, and α
     per size fitted to the shift exchange ("shift"; else the ring-pass hop);
@@ -378,8 +395,8 @@ def run(ranks, sizes, algos, rounds, log=print, params=None):
 def replay(files, terms=None):
     """The cells of saved runs (``--json``) simulated again with the calibration
     saved beside them: the model changes, the measurements are the same.
-    terms: the model's terms to use (None: all; TERMS, or HOST_TERMS for runs
-    across hosts)."""
+    terms: the model's terms to use (None: the validation's, DEFAULT_TERMS, or
+    DEFAULT_HOST_TERMS for runs across hosts)."""
     data = {}
     for path in files:
         with open(path) as f:
@@ -394,12 +411,12 @@ def replay(files, terms=None):
                 p = saved["params"][f"{first}|{r}"]
                 if hosts:
                     local = saved["local"]
-                    topo = hosts_topology(hosts, local, p, HOST_TERMS if terms is None
+                    topo = hosts_topology(hosts, local, p, DEFAULT_HOST_TERMS if terms is None
                                           else terms)
                     n = hosts * local
                 else:
                     n, local = int(first), int(first)
-                    topo = topology(n, p, TERMS if terms is None else terms)
+                    topo = topology(n, p, DEFAULT_TERMS if terms is None else terms)
                 out["measured"].append(m)
                 out["simulated"].append(simulate(topo, schedules.steps_of(
                     algo, n, max(1, k // 4), ranks_per_node=local), itemsize=4))
@@ -458,6 +475,9 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print, params=None)
 
 HOST_TERMS = ("machine_cores", "net_curve", "net_cpu", "shm_curve", "rendezvous", "call",
               "busy_shm", "busy_net")
+# those the validation uses: busy_shm and busy_net are measured and kept for
+# comparison (docs/scale.md): neutral and worse (30 of 48 cells against 38)
+DEFAULT_HOST_TERMS = HOST_TERMS[:6]
 
 
 def _curve(pairs, alpha):
@@ -465,12 +485,13 @@ def _curve(pairs, alpha):
     return tuple((k, max(1e-12, (t - alpha) / k)) for k, t, _ in pairs if k > 8)
 
 
-def hosts_topology(hosts, local, p, terms=HOST_TERMS):
+def hosts_topology(hosts, local, p, terms=DEFAULT_HOST_TERMS):
     """The namespace hosts' topology from their job's calibration p (the cost
     model's α, β, γ of both link classes) and, where the job ran
     hosts_calibration (p["sim"]), the point-to-point terms: the machine's cores
     shared by every host ("machine_cores"), β_net per size ("net_curve"), TCP's
-    copies on those cores ("net_cpu"), β per size inside a host ("shm_curve");
+    copies on those cores ("net_cpu": the process time per byte of the leaders'
+    exchange, its waiting included), β per size inside a host ("shm_curve");
     messages above the eager limit move once received ("rendezvous"), each
     call's own work ("call"); and, fitted through the engine to every rank
     exchanging at once, α per size inside a host where the machine's ranks

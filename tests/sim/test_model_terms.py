@@ -114,8 +114,8 @@ def _params(n, cores=2):
 
 def test_the_validation_topology_takes_each_term_and_leaves_it_out():
     p = _params(4)
-    full = validate.topology(4, p)
-    assert full.cores == 2 and full.gamma_mem == 4e-10 and full.eager
+    full = validate.topology(4, p, validate.TERMS)
+    assert full.cores == 2 and full.gamma_mem == 4e-10 and full.eager and full.alpha_wait
     assert len(full.alpha_at) == 2 and full.a(8192) > 0
     # one copy's β, and the exchange's rest on the node's memory
     assert full.beta_at == ((8192, 4e-10), (1 << 20, 1.2e-10))
@@ -123,6 +123,7 @@ def test_the_validation_topology_takes_each_term_and_leaves_it_out():
     assert [m for _, m in full.bus_at] == pytest.approx([1e-10, 0.8e-10])
     bare = validate.topology(4, p, terms=())
     assert bare.alpha_at == () and bare.gamma_mem == 3e-10 and bare.eager is None
+    assert not bare.alpha_wait and not validate.topology(4, p).bus_at   # not by default
     assert bare.bus_at == () and bare.beta_at == ((8192, 5e-10), (1 << 20, 2e-10))
     assert bare.a(8192) == 1e-5                           # the ring-pass hop
     assert validate.topology(2, p).cores is None          # a core each
@@ -154,7 +155,8 @@ def test_hosts_busy_terms_give_back_the_patterns_they_were_fitted_to():
         "cores": 2, "call": 0.0, "cross": cross, "inner": inner,
         "net": [[8, 50e-6, 20e-6], [1 << 20, 1.2e-3, 0.5e-3]],
         "shm": [[8, 9e-6, 9e-6], [1 << 16, 30e-6, 30e-6]]})
-    t = validate.hosts_topology(2, 2, p)
+    t = validate.hosts_topology(2, 2, p, validate.HOST_TERMS)
+    assert validate.hosts_topology(2, 2, p).beta_net_at != t.beta_net_at   # not by default
     for k, want in cross:
         steps = pattern_steps(4, lambda r: [((r + 2) % 4, (r - 2) % 4)], k)
         assert simulate(t, steps, itemsize=1) == pytest.approx(want, rel=1e-3)
