@@ -52,8 +52,9 @@ def _params(comm):
 
 
 # message sizes of the β curve: an exchange of each between ranks 0 and 1 (8 KiB
-# eager, from 32 KiB the streamed path's handshake, from 12 MiB process_vm_readv)
-BETA_SIZES = (8 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+# eager, from 32 KiB the streamed path's handshake, from 2 MiB process_vm_readv:
+# COMMRT_CMA_MIN_BYTES auto where ranks have a core each)
+BETA_SIZES = (8 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20)
 # message sizes of the shift exchange (every rank at once, where ranks outnumber
 # the cores: eager, streamed, and from 1 MiB process_vm_readv)
 SHIFT_SIZES = (8 << 10, 32 << 10, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 8 << 20)
