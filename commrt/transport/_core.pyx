@@ -656,8 +656,8 @@ cdef class Engine:
         Two short forms: (dst, src, hook) sends the whole in/out buffer to
         dst and receives tmp from src; (dst, src, s_off, s_len, r_off,
         r_len, rhook) sends and receives ranges of the in/out buffer.  Every
-        run posts a step's messages in the order given (receives first in
-        the short forms, as exchange() does)."""
+        run posts a step's sends, then its receives, each in the order given
+        (chain.pxi's post_step says why)."""
         return make_chain(self, steps, tmp, count, ctx, tag, rank_of, nbytes, itemsize,
                           in_nbytes)
 
