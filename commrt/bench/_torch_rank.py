@@ -174,11 +174,16 @@ def main(argv=None):
         a = np.zeros(2, np.float32)
         _Noop.make()
         noop = dist.new_group(backend="commrt_bench_noop")
-        tt, tn = torch.zeros(2), torch.zeros(2)
-        # the three in turns: the target compares them under one state
+        tt, tn, tb = torch.zeros(2), torch.zeros(2), torch.zeros(2)
+        blocking = dist.AllreduceOptions()
+        blocking.asyncOp = False
+        # in turns: the target compares three of them under one state; the
+        # fourth, the backend's method called straight from Python (no torch code
+        # around it), splits the difference between torch's share and the backend's
         got = _timed_together({"dispatch_all_reduce": lambda: dist.all_reduce(tt),
                                "native_all_reduce": lambda: comm.all_reduce(a),
-                               "noop_dispatch": lambda: dist.all_reduce(tn, group=noop)},
+                               "noop_dispatch": lambda: dist.all_reduce(tn, group=noop),
+                               "backend_all_reduce": lambda: pg.allreduce([tb], blocking)},
                               target, barrier, agree, max_iters)
         for kind, (t, iters) in got.items():
             rows.append({"kind": kind, "bytes": 8, "time_s": t, "iters": iters})

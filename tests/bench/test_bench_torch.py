@@ -24,7 +24,8 @@ def test_bench_torch_runs_both_backends_and_prints_the_targets(tmp_path):
     row = next(ln for ln in lines if ln.startswith("1 MiB"))
     assert "n/a" not in row, row                      # both backends, both bandwidths
     assert re.search(r"through torch [\d.]+ .*native commrt [\d.]+ .*do-nothing Python "
-                     r"process group [\d.]+", out.stdout), out.stdout
+                     r"process group [\d.]+.*called straight from Python [\d.]+", out.stdout), \
+        out.stdout
     cnn = next(ln for ln in lines if ln.startswith("cnn"))
     assert cnn.split()[1] == "25578" and "n/a" not in cnn, cnn
     targets = [ln for ln in lines if ln.startswith("  N=2 ")]
@@ -32,4 +33,5 @@ def test_bench_torch_runs_both_backends_and_prints_the_targets(tmp_path):
     assert all(ln.endswith(": met") or ln.endswith(": NOT met") for ln in targets), targets
     data = json.loads((tmp_path / "b.json").read_text())
     assert {"commrt/all_reduce", "gloo/all_reduce", "commrt/native_all_reduce",
-            "commrt/noop_dispatch", "commrt/dispatch_all_reduce", "commrt/ddp_cnn", "gloo/ddp_cnn"} <= set(data["2"]), data
+            "commrt/noop_dispatch", "commrt/dispatch_all_reduce", "commrt/backend_all_reduce",
+            "commrt/ddp_cnn", "gloo/ddp_cnn"} <= set(data["2"]), data
