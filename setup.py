@@ -34,6 +34,12 @@ extensions = [
         extra_compile_args=["-O3", "-Wno-unused-function", "-Wno-unreachable-code"],
     ),
     Extension(
+        "commrt.collectives._entry",
+        ["commrt/collectives/_entry.pyx"],
+        include_dirs=[numpy.get_include()],        # the array struct's accessors only
+        extra_compile_args=["-O3", "-Wno-unused-function"],
+    ),
+    Extension(
         "commrt.kernels._combine",
         ["kernels/_combine.pyx"],
         include_dirs=["kernels"],

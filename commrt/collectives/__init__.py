@@ -43,10 +43,9 @@ ALGORITHMS, built by collectives/registry.py from the modules
 cost are in its module and in docs/algorithms.md.
 """
 import pickle
-from threading import get_ident as _get_ident
 from collections.abc import Mapping
 
-from commrt.collectives import _small, plans, registry
+from commrt.collectives import _entry, _small, plans, registry
 
 # Import every algorithm package now, before the functions below are defined:
 # importing a subpackage for the first time sets the package attribute of its
@@ -80,11 +79,11 @@ _ndarray = _NoArrays      # np.ndarray once loaded (_arrays): the fast paths com
 def _arrays(numpy):
     global _ndarray
     _ndarray = numpy.ndarray
+    _entry.set_ndarray(numpy.ndarray)
 
 
 _lazy.when_loaded("numpy", _arrays)
 
-_SEQ_MASK = (1 << 40) - 1                   # the fingerprint's sequence field (fingerprint.pack)
 
 __all__ = ["barrier", "broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter",
            "reduce_scatter", "all_to_all", "all_gatherv", "gatherv", "scatterv", "all_to_allv",
@@ -189,45 +188,6 @@ def _pick(collective, comm, algorithm, nbytes, timeout=None):
     return algorithm, registry.module(collective, algorithm)
 
 
-def _planned(comm, key, out, inbuf):
-    """Run the call along its prepared plan (collectives/plans.py) if it has one and
-    may take it now: True when done, False having done nothing (the caller takes
-    the general path, which enforces the thread rule and names any error).
-
-    The public functions call this before their general path (state.entry), so
-    it keeps the thread rule itself: no other thread inside, and this one takes
-    the communicator with no Python call between the check and the set (see
-    entry); a thread already inside (a nested call) takes the general path."""
-    st = comm.state.get("collectives")
-    if st is None or st.inside or st.pending or st.poisoned is not None:
-        return False
-    st.inside = _get_ident()
-    try:
-        # The plan this collective ran last, if its key is equal to this one (the
-        # same test the dict makes after hashing: hashing the key, a dtype's hash
-        # computed afresh each time, cost more than comparing it).
-        memo = st.memo.get(key[0])
-        if memo is not None and memo[0] == key:
-            plan = memo[1]
-        else:
-            try:
-                plan = st.small.get(key)
-            except TypeError:               # an unhashable op: the general path names it
-                return False
-            if plan is None:
-                return False
-            st.memo[key[0]] = (key, plan)
-        seq = st.seq                        # plans.run, written out (a call level less)
-        st.seq = seq + 1
-        st.history.append((seq, plan.base, plan.meta2))
-        i = plan.chain.go(out, seq, inbuf)
-        if i == plan.nsteps and plan.plain:
-            return True
-        return plans.finish(comm, st, plan, seq, i, out, inbuf)
-    finally:
-        st.inside = 0
-
-
 def set_spin(comm, spin):
     """Whether the waits of comm's collectives may spin before they sleep (True
     until told otherwise): False for a communicator that a helper thread drives
@@ -267,32 +227,11 @@ def _plan_key(kind, algorithm, timeout, async_op, root, a, b=_noop):
 
 
 # -- buffer collectives ----------------------------------------------------------
-def barrier(comm, *, timeout=None, async_op=False):
-    """Return once every rank has entered the barrier."""
-    # The planned barrier is all latency (~1 µs): this entry runs its chain with
-    # the thread rule, _small.state_if_idle and _small.run written out (each
-    # Python call level costs ~0.1 µs here); the first call and anything else
-    # go to _barrier.  No Python call between the check of st.inside and its set
-    # (see state.entry).
-    st = comm.state.get("collectives")
-    if st is not None and not st.inside and not st.pending and st.poisoned is None \
-            and timeout is None and not async_op:
-        st.inside = _get_ident()
-        try:
-            plan = st.small.get("barrier")
-            if plan is not None:
-                seq = st.seq
-                st.seq = seq + 1
-                st.history.append((seq, plan.base, plan.meta2))    # (readers OR the seq in)
-                i = plan.chain.go(plan.tmp, seq)
-                if i != plan.nsteps:
-                    _small.finish(comm, st, plan.tmp, plan, seq, plan.base | (seq & _SEQ_MASK), i)
-                return None
-        finally:
-            st.inside = 0
-    return _barrier(comm, timeout=timeout, async_op=async_op)
-
-
+# The public functions of the collectives with a prepared-plan path (barrier,
+# broadcast, reduce, all_reduce, all_gather, gather, scatter, reduce_scatter,
+# all_to_all) are compiled (collectives/_entry.pyx): a planned call is one C
+# function; everything else comes here, to the general paths (_broadcast, ...),
+# bound at the end of this module.
 @entry
 def _barrier(comm, *, timeout=None, async_op=False):
     if timeout is None and not async_op and comm.size > 1:
@@ -304,15 +243,6 @@ def _barrier(comm, *, timeout=None, async_op=False):
     algo, mod = _pick("barrier", comm, None, 0)
     call = Call(comm, "barrier", algo=algo, timeout=timeout)
     return execute(call, lambda: mod.run(call), async_op)
-
-
-def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
-    """Copy root's buf into every rank's buf."""
-    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
-            and type(root) is int and _planned(comm, ("broadcast", root, buf.shape, buf.dtype),
-                                               buf, None):
-        return buf
-    return _broadcast(comm, buf, root, algorithm=algorithm, timeout=timeout, async_op=async_op)
 
 
 @entry
@@ -332,18 +262,6 @@ def _broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=Fals
         done()
         return buf
     return execute(call, run, async_op)
-
-
-def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
-    """Combine every rank's buf element-wise with op; the result replaces root's buf
-    (other ranks' buffers are left unchanged)."""
-    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
-            and type(root) is int:
-        at_root = comm.rank == root
-        if _planned(comm, (("reduce", op), root, buf.shape, buf.dtype),
-                    buf if at_root else None, None if at_root else buf):
-            return buf
-    return _reduce(comm, buf, root, op, algorithm=algorithm, timeout=timeout, async_op=async_op)
 
 
 @entry
@@ -371,63 +289,6 @@ def _reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op
     return execute(call, run, async_op)
 
 
-def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
-    """Combine every rank's buf element-wise with op; every rank gets the result in buf."""
-    # A tiny all-reduce is ~1 µs: this entry only looks for a Plan (_small.py) and
-    # runs it, with _small.state_if_idle and the start of _small.run written out
-    # here (each call level costs ~0.1 µs); everything else is in _all_reduce.
-    # The thread rule (state.entry) is written out here too: see entry for why
-    # the check-then-set cannot race under the GIL.
-    st = comm.state.get("collectives") or state_of(comm)
-    tid = _get_ident()
-    inside = st.inside
-    if inside:
-        if inside != tid:
-            raise _concurrent(comm, st, "all_reduce", tid, inside)
-        return _all_reduce(comm, buf, op, algorithm, timeout, async_op, None)
-    st.inside = tid
-    try:
-        if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
-                and not st.pending and st.poisoned is None:
-            # The last plan run, if this call is like it: the same op object, dtype
-            # object and shape are its key (hashing the key tuple, a dtype's hash
-            # computed afresh each time, cost ~0.15 µs a call).
-            plan = st.last_all_reduce
-            key = None
-            if plan is None or plan.memo_op is not op or buf.dtype is not plan.dtype \
-                    or buf.shape != plan.memo_shape:
-                key = (buf.shape, buf.dtype, op)
-                try:
-                    plan = st.small.get(key)
-                except TypeError:           # an unhashable op: let the checks below name it
-                    plan = key = None
-                if plan is not None:
-                    st.last_all_reduce, plan.memo_op, plan.memo_shape = plan, op, buf.shape
-            if plan is not None and plan.sched:     # not a power of two (plans.py)
-                if plans.run(comm, st, plan, buf, None):
-                    return buf
-            elif plan is not None:
-                seq = st.seq
-                st.seq = seq + 1
-                st.history.append((seq, plan.base, plan.meta2))    # (readers OR the seq in)
-                if plan.plain:              # fused, nothing to do after: one C call
-                    i = plan.chain.go(buf, seq)
-                    if i == plan.nsteps:
-                        return buf
-                meta = plan.base | (seq & _SEQ_MASK)
-                if not plan.plain:
-                    i = plan.chain.run(buf, meta, plan.wait, 0, plan.first_last, plan.meta2)
-                if _small.finish(comm, st, buf, plan, seq, meta, i) is not None:
-                    return buf
-            if key is None and plan is not None:    # the memo's plan did not fit buf
-                key = (buf.shape, buf.dtype, op)
-        else:
-            key = None
-        return _all_reduce(comm, buf, op, algorithm, timeout, async_op, key)
-    finally:
-        st.inside = 0
-
-
 def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
     """The general path (key: the small path's plan key, where it may prepare one)."""
     flat, done = _host(buf, "buf", True)
@@ -452,15 +313,6 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
     return execute(call, run, async_op)
 
 
-def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
-    """out (size·len(buf) elements) receives every rank's buf in rank order."""
-    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
-            and timeout is None and not async_op and _planned(
-                comm, ("all_gather", 0, out.shape, out.dtype, buf.shape, buf.dtype), out, buf):
-        return out
-    return _all_gather(comm, out, buf, algorithm=algorithm, timeout=timeout, async_op=async_op)
-
-
 @entry
 def _all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("all_gather", algorithm, timeout, async_op, 0, out, buf)
@@ -480,18 +332,6 @@ def _all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False)
         done()
         return out
     return execute(call, run, async_op)
-
-
-def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
-    """Root's out (size·len(buf) elements) receives every rank's buf in rank order."""
-    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
-            and type(root) is int:
-        key = _plan_key("gather", None, None, False, root, buf,
-                        out if comm.rank == root else None)
-        if key is not None and _planned(comm, key, out if comm.rank == root else None, buf):
-            return out if comm.rank == root else None
-    return _gather(comm, buf, out, root, algorithm=algorithm, timeout=timeout,
-                   async_op=async_op)
 
 
 @entry
@@ -523,18 +363,6 @@ def _gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_
     return execute(call, run, async_op)
 
 
-def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
-    """Rank i's out receives block i of root's buf (size·len(out) elements)."""
-    if type(out) is _ndarray and algorithm is None and timeout is None and not async_op \
-            and type(root) is int:
-        key = _plan_key("scatter", None, None, False, root, out,
-                        buf if comm.rank == root else None)
-        if key is not None and _planned(comm, key, out, buf if comm.rank == root else None):
-            return out
-    return _scatter(comm, out, buf, root, algorithm=algorithm, timeout=timeout,
-                    async_op=async_op)
-
-
 @entry
 def _scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     mine = buf if comm.rank == root else None
@@ -564,17 +392,6 @@ def _scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async
     return execute(call, run, async_op)
 
 
-def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
-    """buf holds size·len(out) elements; rank i's out gets block i reduced over all ranks."""
-    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
-            and timeout is None and not async_op and _planned(
-                comm, (("reduce_scatter", op), 0, out.shape, out.dtype, buf.shape, buf.dtype),
-                out, buf):
-        return out
-    return _reduce_scatter(comm, out, buf, op, algorithm=algorithm, timeout=timeout,
-                           async_op=async_op)
-
-
 @entry
 def _reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key(("reduce_scatter", op), algorithm, timeout, async_op, 0, out, buf)
@@ -599,15 +416,6 @@ def _reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asy
         done()
         return out
     return execute(call, run, async_op)
-
-
-def all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
-    """Block j of rank i's buf lands in block i of rank j's out (size blocks each)."""
-    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
-            and timeout is None and not async_op and _planned(
-                comm, ("all_to_all", 0, out.shape, out.dtype, buf.shape, buf.dtype), out, buf):
-        return out
-    return _all_to_all(comm, out, buf, algorithm=algorithm, timeout=timeout, async_op=async_op)
 
 
 @entry
@@ -881,3 +689,15 @@ def new_group(comm, ranks):
         raise CollectiveMismatchError(f"new_group: rank {comm.rank} passed {ranks}; ranks "
                                       f"{differ} passed other lists")
     return comm.channel.derive(ranks, ("group", call.seq))
+
+
+# -- the compiled entry (collectives/_entry.pyx) --------------------------------------
+from commrt.collectives._entry import (all_gather, all_reduce, all_to_all, barrier,  # noqa: E402
+                                       broadcast, gather, reduce, reduce_scatter, scatter)
+
+_entry.bind(state_of=state_of, concurrent=_concurrent, all_reduce=_all_reduce,
+            all_reduce_rest=_small.finish_go, plans_run=plans.run, plans_finish=plans.finish,
+            barrier=_barrier, barrier_rest=_small.finish_barrier,
+            general={"broadcast": _broadcast, "reduce": _reduce, "all_gather": _all_gather,
+                     "gather": _gather, "scatter": _scatter, "reduce_scatter": _reduce_scatter,
+                     "all_to_all": _all_to_all})

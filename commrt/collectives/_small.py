@@ -37,6 +37,7 @@ the general path does.
 """
 from commrt import _lazy
 
+from commrt.collectives._entry import RANGED, SMALL, PlanCore
 from commrt.collectives.call import Call
 from commrt.collectives.fingerprint import DTYPE_CODE, SEQ_MASK, TAG, algo_code, kind_code, pack
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
@@ -51,18 +52,19 @@ MAX_PLANS = 64          # distinct (shape, dtype, op) kept per communicator
 RANGED_MAX_BYTES = 16 << 20
 
 
-class Plan:
+class Plan(PlanCore):
     """One prepared collective: fingerprint base, steps (send to, receive from,
     whether our operand goes first), scratch, the persistent exchange chain, and
     how to combine in Python (None: barrier).  `fused`: the chain combines with
-    the kernels' C loop after each step, so one chain run is the whole call."""
-    __slots__ = ("kind", "algo", "base", "meta2", "count", "nbytes", "dtype", "op", "tmp",
-                 "steps", "nsteps", "chain", "fused", "combine", "wait", "avg", "first_last",
-                 "plain", "memo_op", "memo_shape")
+    the kernels' C loop after each step, so one chain run is the whole call.
+    (The fields the compiled entry reads are PlanCore's, _entry.pyx.)"""
+    __slots__ = ("kind", "algo", "count", "nbytes", "op", "steps", "fused", "combine", "wait",
+                 "avg", "first_last")
     ranged = False
     sched = False
 
     def __init__(self, comm, st, kind, algo, buf, op, kernel, ufunc, avg, steps):
+        self.mode = SMALL
         self.kind, self.algo = kind, algo
         self.count = buf.size if kernel is not None else 0
         self.nbytes = buf.nbytes
@@ -96,16 +98,18 @@ class Plan:
         self.plain = self.fused and not avg             # nothing to do after a clean run
 
 
-class RangedPlan:
+class RangedPlan(PlanCore):
     """A prepared Rabenseifner all-reduce: ranged chain steps over the in/out
     buffer (see the module text); the chain lets go of the buffer after each
-    call, so a large buffer is not kept alive by the plan."""
-    __slots__ = ("kind", "algo", "base", "meta2", "count", "nbytes", "dtype", "op", "steps",
-                 "nsteps", "chain", "fused", "wait", "avg", "hook", "memo_op", "memo_shape")
+    call, so a large buffer is not kept alive by the plan.  (plain stays False:
+    finish() releases the buffer after every call.)"""
+    __slots__ = ("kind", "algo", "count", "nbytes", "op", "steps", "fused", "wait", "avg",
+                 "hook")
     ranged = True
     sched = False
 
     def __init__(self, comm, st, buf, op, hook, avg, steps):
+        self.mode = RANGED
         self.kind, self.algo = "all_reduce", "rabenseifner"
         self.count, self.nbytes, self.dtype, self.op = buf.size, buf.nbytes, buf.dtype, op
         self.base, self.meta2 = pack(0, kind_code("all_reduce"),
@@ -125,7 +129,6 @@ class RangedPlan:
         self.avg = avg
 
     first_last = None       # the first chain run is the whole call
-    plain = False           # finish() releases the buffer after every call
 
 
 def state_if_idle(comm):
@@ -203,9 +206,11 @@ def _pairs(schedule):
 
 def _keep(st, key, plan):
     """Keep a plan, the oldest one making room beyond MAX_PLANS (a plan holds a
-    chain and a scratch buffer: the cache must stay bounded)."""
+    chain and a scratch buffer: the cache must stay bounded; the entry's memos
+    are dropped with it, so that no plan outside the cache runs again)."""
     if key not in st.small and len(st.small) >= MAX_PLANS:
         del st.small[next(iter(st.small))]
+        st.forget_memos()
     plan.chain.spin = st.spin               # (set_spin sets it on every kept plan)
     st.small[key] = plan
 
@@ -221,6 +226,21 @@ def run(comm, st, buf, plan):
     st.history.append((seq, plan.base, plan.meta2))    # (readers OR the seq in)
     return finish(comm, st, buf, plan, seq, meta, plan.chain.run(buf, meta, plan.wait, 0,
                                                                   plan.first_last, plan.meta2))
+
+
+def finish_go(comm, st, buf, plan, seq, i):
+    """The compiled all_reduce's rest (collectives/_entry.pyx) once it has taken
+    seq: i is what the plan's go() returned, or -2 when the plan is not plain
+    (its first chain run is this function's)."""
+    meta = plan.base | (seq & SEQ_MASK)
+    if i == -2:
+        i = plan.chain.run(buf, meta, plan.wait, 0, plan.first_last, plan.meta2)
+    return finish(comm, st, buf, plan, seq, meta, i)
+
+
+def finish_barrier(comm, st, plan, seq, i):
+    """The compiled barrier's rest once its chain stopped at step i."""
+    finish(comm, st, plan.tmp, plan, seq, plan.base | (seq & SEQ_MASK), i)
 
 
 def finish(comm, st, buf, plan, seq, meta, i):

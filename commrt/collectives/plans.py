@@ -38,6 +38,7 @@ from commrt import _lazy
 
 from commrt import config
 from commrt.collectives import _small
+from commrt.collectives._entry import SCHED, PlanCore
 from commrt.collectives.call import Call, Recv
 from commrt.collectives.fingerprint import DTYPE_CODE, SEQ_MASK, TAG, algo_code, kind_code, pack
 from commrt.comm import Channel
@@ -49,18 +50,19 @@ MAX_BYTES = 16 << 20                # beyond, a plan saves under 0.1% of a call
 MAX_TMP_BYTES = 1 << 20             # a plan holding scratch keeps it: bounded
 
 
-class SchedPlan:
+class SchedPlan(PlanCore):
     """One prepared collective: its fingerprint, its chain, the chain's steps
-    (message tuples, for the hand-over), and what follows a clean run."""
-    __slots__ = ("kind", "algo", "base", "meta2", "count", "dtype", "op", "root", "chain",
-                 "steps", "nsteps", "wait", "tmp", "isz", "avg", "large", "after", "plain",
-                 "memo_op", "memo_shape")
-    sched = True            # (the all-reduce's entry tells these from _small's plans)
+    (message tuples, for the hand-over), and what follows a clean run.  (The
+    fields the compiled entry reads are PlanCore's, _entry.pyx.)"""
+    __slots__ = ("kind", "algo", "count", "op", "root", "steps", "wait", "isz", "avg", "large",
+                 "after")
+    sched = True            # (the all-reduce's entry tells these from _small's plans: mode)
 
     def __init__(self, comm, st, kind, algo, count, dtype, op, root, steps, tmp, nbytes,
                  in_nbytes, avg, hooks=None, kernel=None):
         """hooks: per step, 0 or (C address, our operand first) of a combine of tmp
         into the output after the step (recursive doubling's ordered combine)."""
+        self.mode = SCHED
         self.kind, self.algo, self.count, self.dtype, self.op, self.root = (
             kind, algo, count, np.dtype(dtype), op, root)
         self.base, self.meta2 = pack(0, kind_code(kind), algo_code(kind, algo), count,
@@ -244,7 +246,8 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
 def run(comm, st, plan, out, inbuf):
     """Run the collective along its plan: True, or False (having done nothing)
     when the buffers do not fit it (the caller takes the general path).
-    (commrt.collectives._planned runs these first lines itself, then finish.)"""
+    (the compiled entry, collectives/_entry.pyx, runs these first lines itself,
+    then finish.)"""
     seq = st.seq
     st.seq = seq + 1
     st.history.append((seq, plan.base, plan.meta2))    # (readers OR the seq in)

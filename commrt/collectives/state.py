@@ -18,15 +18,19 @@ from commrt import _lazy
 from commrt import config
 from commrt.comm import check_timeout
 from commrt.errors import CommTimeoutError, ConcurrentCollectiveError
+from commrt.collectives._entry import State
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 log = logging.getLogger("commrt")
 
 
 # -- per-communicator state ------------------------------------------------------------
-class CommState:
+class CommState(State):
     """Sequence numbers, poison, scratch memory, caches and the async worker of one
-    communicator (kept in ``comm.state['collectives']``)."""
+    communicator (kept in ``comm.state['collectives']``).  The fields the public
+    functions' planned path reads and writes (seq, inside, pending, poisoned,
+    history, small, last_all_reduce, the memos) are C fields of its base,
+    _entry.State, which that path (collectives/_entry.pyx) reads in C."""
 
     def __init__(self, comm):
         self.seq = 0
@@ -45,7 +49,6 @@ class CommState:
         self.probe_req = None                    # posted receive for probes, once needed
         self.small = {}                          # prepared small all-reduces (_small.py)
         self.last_all_reduce = None              # the plan all_reduce ran last (its memo)
-        self.memo = {}                           # kind: (key, plan) each _planned ran last
         self.probe_buf = array.array("Q", (0, 0))        # a probe: (meta, meta2), uint64
         # knobs, read once per communicator (a collective call must stay cheap)
         self.timeout = config.get("COMMRT_TIMEOUT")

@@ -22,6 +22,7 @@ from cpython.buffer cimport (PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_FOR
                              PyBUF_WRITABLE,
                              PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer)
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.pycapsule cimport PyCapsule_New
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memmove, memset, strlen, strncpy

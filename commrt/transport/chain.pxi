@@ -417,6 +417,14 @@ cdef class ExchangeChain:
         return self._run(buf, self.st_base | (seq & self.st_mask), self.st_wait_ns, 0, self.n,
                          self.st_meta2, inbuf)
 
+    @property
+    def c_go(self):
+        """go() as a C function, for compiled callers (collectives/_entry.pyx): a
+        capsule named "commrt.chain_go" holding
+        int go(object chain, object buf, uint64_t seq, object inbuf) except? -2,
+        which returns what go() returns (a chain of another type: its go())."""
+        return _CHAIN_GO
+
     def run(self, buf, uint64_t meta, double wait, int first=0, last=None, uint64_t meta2=0,
             inbuf=None):
         cdef int stop = self.n if last is None else min(<int>last, self.n)
@@ -487,6 +495,22 @@ cdef class ExchangeChain:
         step's order (once), else None."""
         out, self.detached = self.detached, None
         return out
+
+
+cdef int chain_go_entry(object chain, object buf, uint64_t seq, object inbuf) except? -2:
+    """ExchangeChain.go as a C call (its capsule: ExchangeChain.c_go): the whole
+    planned call from compiled code, with no Python call level around it."""
+    cdef ExchangeChain ch
+    if type(chain) is not ExchangeChain:
+        return chain.go(buf, seq, inbuf)
+    ch = <ExchangeChain>chain
+    if not ch.stamped:
+        raise ValueError("go() needs stamp() first")
+    return ch._run(buf, ch.st_base | (seq & ch.st_mask), ch.st_wait_ns, 0, ch.n, ch.st_meta2,
+                   inbuf)
+
+
+_CHAIN_GO = PyCapsule_New(<void *>chain_go_entry, b"commrt.chain_go", NULL)
 
 
 cdef list _chain_messages(steps):

@@ -1,0 +1,414 @@
+# The compiled entry of the collectives: the public functions' planned path in C.
+#
+# A prepared plan (collectives/_small.py, plans.py) makes a small collective one
+# chain run (ExchangeChain.go, transport/chain.pxi): ~1 us at 8 B.  What was left
+# around it was the public function's Python: the thread rule, the plan lookup,
+# the sequence number and the call history, ~1.3-1.5 us of CPU per call at N=4
+# (docs/performance-collectives.md, seventh session), more than the chain
+# itself.  Here that is C: the per-communicator fields the entry reads and
+# writes are C fields of State (CommState's base class), a plan's of PlanCore
+# (the plans' base class), and the chain is called through its C entry point
+# (ExchangeChain.c_go, a capsule the channel's chains carry: the collectives
+# still know nothing of the transport's layout, DESIGN.md rule 1).  So a
+# planned call from Python is argument unpacking plus one C function.
+#
+# Everything unusual goes to the general path in Python, unchanged: the
+# functions bind() is given (the first call of a kind, a call with timeout=,
+# async_op= or algorithm=, a nested or queued call, a poisoned communicator)
+# and the plans' own finish() (a step that is not clean: mismatch, dead peer,
+# timeout, a buffer that does not fit).  The thread rule is state.entry's: no
+# Python call runs between reading State.inside and setting it, and here no
+# Python code at all.
+#
+# NumPy is not imported here (a barrier needs none): the array type comes in
+# through set_ndarray() once commrt loads NumPy.
+from cpython.object cimport Py_EQ, PyObject_RichCompareBool
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from cpython.pythread cimport PyThread_get_thread_ident
+from cpython.long cimport PyLong_AsSsize_t
+from cpython.ref cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport int64_t, uint64_t
+
+# An array's shape and dtype read from its struct (NumPy's inline accessors: no
+# NumPy API table, so nothing imports NumPy here): buf.shape builds a tuple
+# per call and the memos only compare.  Only on objects of type _ndarray.
+cdef extern from *:
+    """
+    #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+    #include <numpy/ndarraytypes.h>
+    #define commrt_ndim(a) PyArray_NDIM((PyArrayObject *)(a))
+    #define commrt_dims(a) PyArray_DIMS((PyArrayObject *)(a))
+    #define commrt_descr(a) ((PyObject *)PyArray_DESCR((PyArrayObject *)(a)))
+    """
+    int commrt_ndim(object a)
+    Py_ssize_t *commrt_dims(object a)
+    PyObject *commrt_descr(object a)
+
+from commrt.collectives.ops import SUM
+
+ctypedef int (*go_fn)(object, object, uint64_t, object) except? -2
+
+cdef go_fn _go = NULL
+
+
+class _NoArrays:
+    """Stands for np.ndarray until NumPy is loaded: nothing is an instance."""
+
+
+cdef object _ndarray = _NoArrays
+
+# the Python side, bound once by commrt.collectives (bind())
+cdef object _state_of = None
+cdef object _concurrent = None
+cdef object _all_reduce_general = None      # _all_reduce(comm, buf, op, algo, timeout, async_op, key)
+cdef object _all_reduce_rest = None         # _small.finish_go(comm, st, buf, plan, seq, i)
+cdef object _plans_run = None               # plans.run(comm, st, plan, out, inbuf)
+cdef object _plans_finish = None            # plans.finish(comm, st, plan, seq, i, out, inbuf)
+cdef object _barrier_general = None
+cdef object _barrier_rest = None            # _small.finish_barrier(comm, st, plan, seq, i)
+cdef object _general = None                 # {kind: the general path's function}
+
+# plan modes (PlanCore.mode)
+SMALL, SCHED, RANGED = 0, 1, 2
+cdef enum:
+    M_SMALL = 0
+    M_SCHED = 1
+    M_RANGED = 2
+
+# memo slots of the kinds that go through planned()
+cdef enum:
+    K_BROADCAST = 0
+    K_REDUCE = 1
+    K_GATHER = 2
+    K_SCATTER = 3
+    K_ALL_GATHER = 4
+    K_REDUCE_SCATTER = 5
+    K_ALL_TO_ALL = 6
+    NKINDS = 7
+
+
+def bind(*, state_of, concurrent, all_reduce, all_reduce_rest, plans_run, plans_finish,
+         barrier, barrier_rest, general):
+    """Bind the Python side: the general paths and the plans' finishing functions."""
+    global _state_of, _concurrent, _all_reduce_general, _all_reduce_rest, _plans_run
+    global _plans_finish, _barrier_general, _barrier_rest, _general
+    _state_of, _concurrent = state_of, concurrent
+    _all_reduce_general, _all_reduce_rest = all_reduce, all_reduce_rest
+    _plans_run, _plans_finish = plans_run, plans_finish
+    _barrier_general, _barrier_rest = barrier, barrier_rest
+    _general = dict(general)
+
+
+def set_ndarray(t):
+    """NumPy's array type, once NumPy is loaded (the fast paths compare with it)."""
+    global _ndarray
+    _ndarray = t
+
+
+cdef class State:
+    """The C fields of a communicator's collectives state (state.CommState adds
+    the rest): the thread inside (its ident, 0: none), the next sequence number,
+    the async calls pending, the poison, the recent calls' history, the plans
+    (small: key -> plan), and the memos of the plan each kind ran last."""
+    cdef public unsigned long inside
+    cdef public int64_t seq
+    cdef public Py_ssize_t pending
+    cdef public object poisoned
+    cdef public dict small
+    cdef public object last_all_reduce
+    cdef object _history
+    cdef object _append
+    cdef list memos             # per kind of _planned: its Memo, or None
+
+    def __cinit__(self, *args, **kwargs):
+        self.memos = [None] * NKINDS
+
+    @property
+    def history(self):
+        """(seq, meta, meta2) of recent calls, a plan's with its base (the seq not in)."""
+        return self._history
+
+    @history.setter
+    def history(self, h):
+        self._history = h
+        self._append = h.append
+
+    def forget_memos(self):
+        """Drop the memos (a plan left the cache: set_spin must reach every plan run)."""
+        self.memos[:] = [None] * NKINDS
+        self.last_all_reduce = None
+
+
+cdef class PlanCore:
+    """The fields of a prepared plan the entry reads: its chain and what go()
+    returns on a clean run (nsteps), the history entry (base, meta2), whether a
+    clean run is the whole call (plain), the barrier's buffer (tmp), and the
+    all-reduce's memo (the op object, shape and dtype it last matched)."""
+    cdef public object chain
+    cdef public object base
+    cdef public object meta2
+    cdef public int nsteps
+    cdef public bint plain
+    cdef public int mode
+    cdef public object tmp
+    cdef public object dtype
+    cdef public object memo_op
+    cdef public object memo_shape
+
+
+cdef inline bint _like(object arr, object shape, object dtype) except -1:
+    """Whether the array has this shape (a tuple) and this dtype object."""
+    cdef int nd = commrt_ndim(arr)
+    cdef Py_ssize_t *dims
+    cdef int k
+    if <object>commrt_descr(arr) is not dtype or PyTuple_GET_SIZE(shape) != nd:
+        return False
+    dims = commrt_dims(arr)
+    for k in range(nd):
+        if PyLong_AsSsize_t(<object>PyTuple_GET_ITEM(shape, k)) != dims[k]:
+            return False
+    return True
+
+
+cdef class Memo:
+    """What a kind's last planned call was called with, and its plan."""
+    cdef object plan
+    cdef object root
+    cdef object op
+    cdef object ashape, adtype      # the first array's
+    cdef object bshape, bdtype      # the second's (None, None: none)
+
+
+cdef inline int _run_chain(object chain, object buf, uint64_t seq, object inbuf) except? -2:
+    global _go
+    if _go == NULL:
+        _go = <go_fn>PyCapsule_GetPointer(chain.c_go, b"commrt.chain_go")
+    return _go(chain, buf, seq, inbuf)
+
+
+cdef inline State _state(object comm):
+    s = comm.state.get("collectives")
+    if s is None:
+        return None
+    return <State?>s
+
+
+def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
+    """Combine every rank's buf element-wise with op; every rank gets the result in buf."""
+    cdef State st = _state(comm)
+    cdef PlanCore plan
+    cdef unsigned long tid = PyThread_get_thread_ident()
+    cdef unsigned long inside
+    cdef int64_t seq
+    cdef int i
+    if st is None:
+        st = <State?>_state_of(comm)
+    inside = st.inside
+    if inside:
+        if inside != tid:
+            raise _concurrent(comm, st, "all_reduce", tid, inside)
+        return _all_reduce_general(comm, buf, op, algorithm, timeout, async_op, None)
+    st.inside = tid
+    try:
+        key = None
+        if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+                and not st.pending and st.poisoned is None:
+            # The plan run last, if this call is like it: the same op object, dtype
+            # object and shape (hashing the key tuple, a dtype's hash computed
+            # afresh each time, cost more than comparing).
+            p = st.last_all_reduce
+            if p is None or (<PlanCore>p).memo_op is not op \
+                    or not _like(buf, (<PlanCore>p).memo_shape, (<PlanCore>p).dtype):
+                shape = buf.shape
+                key = (shape, buf.dtype, op)
+                try:
+                    p = st.small.get(key)
+                except TypeError:           # an unhashable op: the general path names it
+                    p = key = None
+                if p is not None:
+                    st.last_all_reduce = p
+                    (<PlanCore?>p).memo_op = op
+                    (<PlanCore>p).memo_shape = shape
+            if p is not None:
+                plan = <PlanCore>p
+                if plan.mode == M_SCHED:    # not a power of two (plans.py)
+                    if _plans_run(comm, st, plan, buf, None):
+                        return buf
+                else:
+                    seq = st.seq
+                    st.seq = seq + 1
+                    st._append((seq, plan.base, plan.meta2))    # (readers OR the seq in)
+                    i = -2
+                    if plan.plain:          # fused, nothing to do after: one C call
+                        i = _run_chain(plan.chain, buf, <uint64_t>seq, None)
+                        if i == plan.nsteps:
+                            return buf
+                    if _all_reduce_rest(comm, st, buf, plan, seq, i) is not None:
+                        return buf
+                if key is None:             # the memo's plan did not fit buf
+                    key = (buf.shape, buf.dtype, op)
+        return _all_reduce_general(comm, buf, op, algorithm, timeout, async_op, key)
+    finally:
+        st.inside = 0
+
+
+def barrier(comm, *, timeout=None, async_op=False):
+    """Return once every rank has entered the barrier."""
+    cdef State st = _state(comm)
+    cdef PlanCore plan
+    cdef int64_t seq
+    cdef int i
+    if st is not None and not st.inside and not st.pending and st.poisoned is None \
+            and timeout is None and not async_op:
+        st.inside = PyThread_get_thread_ident()
+        try:
+            p = st.small.get("barrier")
+            if p is not None:
+                plan = <PlanCore?>p
+                seq = st.seq
+                st.seq = seq + 1
+                st._append((seq, plan.base, plan.meta2))
+                i = _run_chain(plan.chain, plan.tmp, <uint64_t>seq, None)
+                if i != plan.nsteps:
+                    _barrier_rest(comm, st, plan, seq, i)
+                return None
+        finally:
+            st.inside = 0
+    return _barrier_general(comm, timeout=timeout, async_op=async_op)
+
+
+cdef int _planned(object comm, int kind, object name, object root, object op, object a,
+                  object b, bint two, object out, object inbuf) except -1:
+    """Run the call along its prepared plan if it has one and may take it now: 1
+    when done, 0 having done nothing (the caller takes the general path, which
+    enforces the thread rule and names any error).  A thread already inside (a
+    nested call) takes the general path.  The plan key (plans.prepare's:
+    (name, root, a.shape, a.dtype[, b.shape, b.dtype]), b None: None, None;
+    name: (name, op) where op is given) is built only when the call is not
+    like the kind's last planned one (its Memo: the same root, op object,
+    shapes and dtype objects)."""
+    cdef State st = _state(comm)
+    cdef PlanCore plan
+    cdef Memo m
+    cdef int64_t seq
+    cdef int i
+    if st is None or st.inside or st.pending or st.poisoned is not None:
+        return 0
+    st.inside = PyThread_get_thread_ident()
+    try:
+        mo = st.memos[kind]
+        if mo is not None and (<Memo>mo).op is op and _like(a, (<Memo>mo).ashape, (<Memo>mo).adtype) \
+                and PyObject_RichCompareBool((<Memo>mo).root, root, Py_EQ) \
+                and (not two or ((<Memo>mo).bshape is None if b is None
+                                 else (<Memo>mo).bshape is not None
+                                 and _like(b, (<Memo>mo).bshape, (<Memo>mo).bdtype))):
+            plan = <PlanCore>(<Memo>mo).plan
+        else:
+            m = Memo.__new__(Memo)
+            m.root, m.op, m.ashape, m.adtype = root, op, a.shape, a.dtype
+            if kind == K_REDUCE or kind == K_REDUCE_SCATTER:
+                name = (name, op)
+            if not two:
+                key = (name, root, m.ashape, m.adtype)
+            elif b is None:
+                key = (name, root, m.ashape, m.adtype, None, None)
+            else:
+                m.bshape, m.bdtype = b.shape, b.dtype
+                key = (name, root, m.ashape, m.adtype, m.bshape, m.bdtype)
+            try:
+                p = st.small.get(key)
+            except TypeError:               # an unhashable op: the general path names it
+                return 0
+            if p is None:
+                return 0
+            plan = <PlanCore?>p
+            m.plan = plan
+            st.memos[kind] = m
+        seq = st.seq
+        st.seq = seq + 1
+        st._append((seq, plan.base, plan.meta2))
+        i = _run_chain(plan.chain, out, <uint64_t>seq, inbuf)
+        if i == plan.nsteps and plan.plain:
+            return 1
+        return 1 if _plans_finish(comm, st, plan, seq, i, out, inbuf) else 0
+    finally:
+        st.inside = 0
+
+
+def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
+    """Copy root's buf into every rank's buf."""
+    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+            and type(root) is int \
+            and _planned(comm, K_BROADCAST, "broadcast", root, None, buf, None, False, buf, None):
+        return buf
+    return _general["broadcast"](comm, buf, root, algorithm=algorithm, timeout=timeout,
+                                 async_op=async_op)
+
+
+def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
+    """Combine every rank's buf element-wise with op; the result replaces root's buf
+    (other ranks' buffers are left unchanged)."""
+    cdef bint at_root
+    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+            and type(root) is int:
+        at_root = comm.rank == root
+        if _planned(comm, K_REDUCE, "reduce", root, op, buf, None, False,
+                    buf if at_root else None, None if at_root else buf):
+            return buf
+    return _general["reduce"](comm, buf, root, op, algorithm=algorithm, timeout=timeout,
+                              async_op=async_op)
+
+
+def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
+    """out (size·len(buf) elements) receives every rank's buf in rank order."""
+    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
+            and timeout is None and not async_op and _planned(
+                comm, K_ALL_GATHER, "all_gather", 0, None, out, buf, True, out, buf):
+        return out
+    return _general["all_gather"](comm, out, buf, algorithm=algorithm, timeout=timeout,
+                                  async_op=async_op)
+
+
+def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
+    """Root's out (size·len(buf) elements) receives every rank's buf in rank order."""
+    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+            and type(root) is int:
+        mine = out if comm.rank == root else None
+        if (mine is None or type(mine) is _ndarray) \
+                and _planned(comm, K_GATHER, "gather", root, None, buf, mine, True, mine, buf):
+            return mine
+    return _general["gather"](comm, buf, out, root, algorithm=algorithm, timeout=timeout,
+                              async_op=async_op)
+
+
+def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
+    """Rank i's out receives block i of root's buf (size·len(out) elements)."""
+    if type(out) is _ndarray and algorithm is None and timeout is None and not async_op \
+            and type(root) is int:
+        mine = buf if comm.rank == root else None
+        if (mine is None or type(mine) is _ndarray) \
+                and _planned(comm, K_SCATTER, "scatter", root, None, out, mine, True, out, mine):
+            return out
+    return _general["scatter"](comm, out, buf, root, algorithm=algorithm, timeout=timeout,
+                               async_op=async_op)
+
+
+def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
+    """buf holds size·len(out) elements; rank i's out gets block i reduced over all ranks."""
+    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
+            and timeout is None and not async_op and _planned(
+                comm, K_REDUCE_SCATTER, "reduce_scatter", 0, op, out, buf, True, out, buf):
+        return out
+    return _general["reduce_scatter"](comm, out, buf, op, algorithm=algorithm, timeout=timeout,
+                                      async_op=async_op)
+
+
+def all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
+    """Block j of rank i's buf lands in block i of rank j's out (size blocks each)."""
+    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
+            and timeout is None and not async_op and _planned(
+                comm, K_ALL_TO_ALL, "all_to_all", 0, None, out, buf, True, out, buf):
+        return out
+    return _general["all_to_all"](comm, out, buf, algorithm=algorithm, timeout=timeout,
+                                  async_op=async_op)
