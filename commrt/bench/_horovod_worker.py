@@ -73,6 +73,8 @@ def _counts(mode):
 
 
 def main(argv):
+    if argv[0] == "--blocks":
+        return main_blocks(argv[1:])
     mode, model_name, batch, steps, warmup = argv[0], argv[1], *map(int, argv[2:5])
     torch.set_num_threads(1)
     if mode == "nofusion":
@@ -123,6 +125,102 @@ def main(argv):
         print(json.dumps(out), flush=True)
     if mode != "ddp":
         hvd.shutdown()
+
+
+def main_blocks(argv):
+    """Every mode in one job, in blocks: ``--blocks K MODES MODEL BATCH STEPS WARMUP
+    [LABEL:K=V[,K=V]]...``.  Each mode runs K blocks of STEPS timed steps (after
+    WARMUP untimed ones), in the order of MODES, then reversed, and so on: the modes
+    share the job's processes, their placement on the cores and the host's state of
+    the moment, so their ratio is measured within one job.  A commrt.horovod block
+    starts Horovod with its mode's environment (and the variant's) and shuts it down
+    after; DDP's gloo group stays up, idle while Horovod runs (it has no thread that
+    polls).  Rank 0 prints one JSON line: per mode, imgs_per_s over its blocks and,
+    for commrt.horovod's modes, per_step coordinator counts."""
+    import torch.distributed as dist
+
+    blocks, modes, model_name = int(argv[0]), argv[1].split(","), argv[2]
+    batch, steps, warmup = map(int, argv[3:6])
+    variants = {}
+    for v in argv[6:]:
+        label, _, env = v.partition(":")
+        variants[label] = dict(kv.split("=", 1) for kv in env.split(","))
+    torch.set_num_threads(1)
+    data = torch.randn(batch, 3, IMAGE[model_name], IMAGE[model_name])
+    target = torch.randint(0, 10, (batch,))
+    runs = {}                                    # mode -> (model, optimizer)
+    timed = {m: [0, 0.0] for m in modes}         # mode -> [steps, seconds]
+    counts = {m: dict.fromkeys(COUNTS, 0) for m in modes if m != "ddp"}
+    if "ddp" in modes:
+        dist.init_process_group("gloo")
+    hvd = None
+    rank = size = None
+    for b in range(blocks):
+        for mode in (modes if b % 2 == 0 else modes[::-1]):
+            base, _, label = mode.partition("+")
+            if base == "ddp":
+                if mode not in runs:
+                    torch.manual_seed(0)
+                    model = torch.nn.parallel.DistributedDataParallel(MODELS[model_name]())
+                    runs[mode] = (model, torch.optim.SGD(model.parameters(), lr=0.01,
+                                                         momentum=0.9))
+                rank, size, sync = dist.get_rank(), dist.get_world_size(), dist.barrier
+            else:
+                env = dict(variants.get(label, {}))
+                if base == "nofusion":
+                    env["HOROVOD_FUSION_THRESHOLD"] = "0"
+                saved = {k: os.environ.get(k) for k in env}
+                os.environ.update(env)
+                import commrt.horovod.torch as hvd
+
+                hvd.init()
+                rank, size, sync = hvd.rank(), hvd.size(), hvd.barrier
+                if mode not in runs:
+                    torch.manual_seed(0)
+                    model = MODELS[model_name]()
+                    comp = hvd.Compression.fp16 if base == "fp16" else hvd.Compression.none
+                    opt = hvd.DistributedOptimizer(
+                        torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                        named_parameters=model.named_parameters(), compression=comp)
+                    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+                    runs[mode] = (model, opt)
+            model, opt = runs[mode]
+
+            def step():
+                opt.zero_grad()
+                F.cross_entropy(model(data), target).backward()
+                opt.step()
+
+            for _ in range(warmup):
+                step()
+            sync()
+            before = _counts(base)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            sync()
+            timed[mode][0] += steps
+            timed[mode][1] += time.perf_counter() - t0
+            if base != "ddp":
+                after = _counts(base)
+                for k in COUNTS:
+                    counts[mode][k] += after[k] - before[k]
+                hvd.shutdown()
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+    if rank == 0:
+        out = {}
+        for m in modes:
+            n, secs = timed[m]
+            out[m] = {"imgs_per_s": batch * size * n / secs}
+            if m in counts:
+                out[m]["per_step"] = {k: v / n for k, v in counts[m].items()}
+        print(json.dumps(out), flush=True)
+    if "ddp" in modes:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

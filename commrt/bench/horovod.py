@@ -2,7 +2,7 @@
 
     python -m commrt.bench horovod [--sizes 2,4] [--rounds 3] [--steps 20] [--warmup 3]
                                    [--batch 16] [--models tiny,cnn] [--json FILE]
-                                   [--variant LABEL:K=V[,K=V]]...
+                                   [--variant LABEL:K=V[,K=V]]... [--blocks K]
 
 As Horovod's examples/pytorch/pytorch_synthetic_benchmark.py: CNNs defined
 here (no torchvision), synthetic images, one thread per rank.  ``cnn`` has
@@ -21,6 +21,14 @@ same interleaved rounds (an A/B of a knob against its peers in one run).
 A second table gives rank 0's coordinator counts per timed step: rounds, full
 negotiations (zero once the response cache is warm), data all-reduces (fused
 buffers or lone tensors) and tensors.
+
+--blocks K runs every mode in one job per model, world size and round instead:
+K blocks of --steps timed steps per mode, the modes in turn (reversed every
+other block), Horovod started with the mode's environment for its block and
+shut down after it.  Jobs differ from one another (where the scheduler puts
+the ranks, what else the host runs) far more than the modes do; within one
+job the modes share all that, so the ratio columns are then the median
+[min-max] of the jobs' own ratios.
 """
 import argparse
 import json
@@ -43,18 +51,43 @@ def _free_port():
 def run_one(model, mode, n, args):
     base, _, label = mode.partition("+")
     extra = [a for kv in (args.variants[label] if label else ()) for a in ("--env", kv)]
-    cmd = [sys.executable, "-m", "commrt.launcher", "-n", str(n), "--no-prefix",
-           "--env", "OMP_NUM_THREADS=1", "--env", "MASTER_ADDR=127.0.0.1",
-           "--env", f"MASTER_PORT={_free_port()}", *extra,
-           "-m", "commrt.bench._horovod_worker", base, model, str(args.batch),
-           str(args.steps), str(args.warmup)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    for line in out.stdout.splitlines():
-        if line.startswith("{"):
-            rec = json.loads(line)
-            return rec["imgs_per_s"], rec.get("per_step")
+    # gloo's own ranks sometimes abort as they end ("terminate called without an
+    # active exception", SIGABRT): the reference runs once more then; commrt's never
+    for attempt in range(2 if base == "ddp" else 1):
+        cmd = [sys.executable, "-m", "commrt.launcher", "-n", str(n), "--no-prefix",
+               "--env", "OMP_NUM_THREADS=1", "--env", "MASTER_ADDR=127.0.0.1",
+               "--env", f"MASTER_PORT={_free_port()}", *extra,
+               "-m", "commrt.bench._horovod_worker", base, model, str(args.batch),
+               str(args.steps), str(args.warmup)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        for line in out.stdout.splitlines():
+            if line.startswith("{"):
+                rec = json.loads(line)
+                return rec["imgs_per_s"], rec.get("per_step")
     raise RuntimeError(f"{model} {mode} at N={n} failed (exit {out.returncode}):\n"
                        f"{(out.stdout + out.stderr)[-2000:]}")
+
+
+def run_job(model, modes, n, args):
+    """--blocks: every mode in one job (_horovod_worker.main_blocks) -> {mode: (imgs/s,
+    per_step counts or None)}."""
+    variants = [f"{label}:{','.join(env)}" for label, env in args.variants.items()]
+    for attempt in range(2):         # gloo's abort as it ends (see run_one): once more
+        cmd = [sys.executable, "-m", "commrt.launcher", "-n", str(n), "--no-prefix",
+               "--env", "OMP_NUM_THREADS=1", "--env", "MASTER_ADDR=127.0.0.1",
+               "--env", f"MASTER_PORT={_free_port()}",
+               "-m", "commrt.bench._horovod_worker", "--blocks", str(args.blocks),
+               ",".join(modes), model, str(args.batch), str(args.steps), str(args.warmup),
+               *variants]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        for line in out.stdout.splitlines():
+            if line.startswith("{"):
+                rec = json.loads(line)
+                return {m: (r["imgs_per_s"], r.get("per_step")) for m, r in rec.items()}
+        if "ddp" not in modes:
+            break
+    raise RuntimeError(f"{model} at N={n} ({','.join(modes)}) failed (exit {out.returncode}):"
+                       f"\n{(out.stdout + out.stderr)[-2000:]}")
 
 
 def main(argv=None):
@@ -68,6 +101,9 @@ def main(argv=None):
     p.add_argument("--models", default="tiny,cnn", help="tiny, many and/or cnn")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--blocks", type=int, default=0, metavar="K",
+                   help="run every mode in one job per round, K blocks of --steps each, "
+                        "interleaved (ratios measured within a job); 0: a job per mode")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--variant", action="append", default=[], metavar="LABEL:K=V[,K=V]",
                    help="also run fusion with this rank environment, interleaved "
@@ -86,16 +122,25 @@ def main(argv=None):
     keys = [(mo, n, m) for mo in models for n in sizes for m in modes]
     samples = {k: [] for k in keys}
     per_step = {k: [] for k in keys}             # rank 0's coordinator counts per step
+    ratios = {}                                  # --blocks: (model, n, "a/b") -> per-job ratios
     t0 = time.monotonic()
     for r in range(args.rounds):
         for mo in models:
             for n in sizes:
                 order = modes if r % 2 == 0 else list(reversed(modes))   # interleaved
-                for m in order:
-                    imgs, counts = run_one(mo, m, n, args)
+                if args.blocks > 0:
+                    got = run_job(mo, order, n, args)
+                else:
+                    got = {m: run_one(mo, m, n, args) for m in order}
+                for m, (imgs, counts) in got.items():
                     samples[(mo, n, m)].append(imgs)
                     if counts is not None:
                         per_step[(mo, n, m)].append(counts)
+                if args.blocks > 0:
+                    for a, b in (("fusion", "ddp"), ("fusion", "nofusion")):
+                        if a in got and b in got:
+                            ratios.setdefault((mo, n, f"{a}/{b}"), []).append(
+                                got[a][0] / got[b][0])
         # progress, and the samples so far, so a run cut short still leaves its figures
         print(f"round {r + 1}/{args.rounds} done at {time.monotonic() - t0:.0f} s",
               file=sys.stderr, flush=True)
@@ -105,10 +150,16 @@ def main(argv=None):
     for mo in models:
         for n in sizes:
             s = {m: Summary(samples[(mo, n, m)]) for m in modes}
-            rows.append([mo, str(n)] + [s[m].cell() for m in modes]
-                        + [_ratio(s.get("fusion"), s.get("ddp")),
-                           _ratio(s.get("fusion"), s.get("nofusion"))])
-    print(f"images/s over all ranks, batch {args.batch} per rank, {args.steps} steps, "
+            if args.blocks > 0:              # the median of the jobs' own ratios [min-max]
+                cells = [_job_ratio(ratios.get((mo, n, k))) for k in ("fusion/ddp",
+                                                                      "fusion/nofusion")]
+            else:
+                cells = [_ratio(s.get("fusion"), s.get("ddp")),
+                         _ratio(s.get("fusion"), s.get("nofusion"))]
+            rows.append([mo, str(n)] + [s[m].cell() for m in modes] + cells)
+    how = (f"{args.blocks} blocks of {args.steps} steps per mode in one job per round, ratios "
+           f"taken within each job" if args.blocks > 0 else f"{args.steps} steps")
+    print(f"images/s over all ranks, batch {args.batch} per rank, {how}, "
           f"{args.rounds} rounds (median [min-max])")
     print(table(["model", "N"] + modes + ["fusion/ddp", "fusion/off"], rows, "ll" + "r" * (len(modes) + 2)))
     counted = [k for k in keys if per_step[k]]
@@ -129,12 +180,21 @@ def main(argv=None):
 
 
 def _dump(path, samples, per_step):
-    out = {f"{mo}/{n}/{m}": Summary(v).as_dict() for (mo, n, m), v in samples.items() if v}
+    # samples in round order: with --blocks, sample i of every mode is job i's
+    out = {f"{mo}/{n}/{m}": dict(Summary(v).as_dict(), samples=v)
+           for (mo, n, m), v in samples.items() if v}
     for (mo, n, m), cs in per_step.items():
         if cs:
             out[f"{mo}/{n}/{m}"]["per_step"] = cs
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
+
+
+def _job_ratio(values):
+    if not values:
+        return "n/a"
+    s = Summary(values)
+    return f"{s.median:.2f} [{s.min:.2f}-{s.max:.2f}]"
 
 
 def _ratio(a, b):

@@ -39,3 +39,29 @@ def test_bench_horovod_names_a_malformed_variant():
     out = subprocess.run([sys.executable, "-m", "commrt.bench", "horovod", "--variant",
                           "HOROVOD_CYCLE_TIME=2"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--variant wants LABEL:K=V" in out.stderr, out.stderr
+
+
+def test_bench_horovod_blocks_runs_every_mode_in_one_job(tmp_path):
+    """--blocks: the modes take turns inside one job; the ratio columns are the jobs'
+    own ratios, median [min-max]."""
+    out = subprocess.run([sys.executable, "-m", "commrt.bench", "horovod", "--sizes", "2",
+                          "--rounds", "1", "--steps", "2", "--warmup", "1", "--batch", "4",
+                          "--models", "tiny", "--modes", "fusion,nofusion,ddp", "--blocks", "2",
+                          "--variant", "c2:HOROVOD_CYCLE_TIME=2",
+                          "--json", str(tmp_path / "b.json")], capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 blocks of 2 steps per mode in one job" in out.stdout, out.stdout
+    row = next(ln for ln in out.stdout.splitlines() if ln.startswith("tiny"))
+    cells = row.split()
+    assert all(float(c) > 0 for c in cells[2:6]), row     # fusion, nofusion, ddp, fusion+c2
+    ratio = r"\d+\.\d\d \[\d+\.\d\d-\d+\.\d\d\]"
+    assert re.fullmatch(f"{ratio} {ratio}", " ".join(cells[6:])), row
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert sorted(data) == ["tiny/2/ddp", "tiny/2/fusion", "tiny/2/fusion+c2",
+                            "tiny/2/nofusion"], data
+    # each Horovod mode's counts come from its own blocks: fusion off reduces every
+    # one of tiny's 148 gradients alone, fusion packs them
+    reduces = {ln.split()[2]: float(ln.split()[5]) for ln in out.stdout.splitlines()
+               if ln.startswith("tiny") and len(ln.split()) == 7}
+    assert reduces["nofusion"] == 148.0 and reduces["fusion"] < 148.0, out.stdout
