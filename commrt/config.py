@@ -150,9 +150,11 @@ knob("COMMRT_TIMELINE", "", str, "Record a Chrome-trace timeline of this rank to
 knob("HOROVOD_FUSION_THRESHOLD", 128 << 20, _size,
      "Bytes of one fusion buffer: ready allreduces of one dtype and op are packed into "
      "buffers of at most this size and reduced together; 0 turns fusion off.")
-knob("HOROVOD_CYCLE_TIME", 1.0, float,
+knob("HOROVOD_CYCLE_TIME", 50.0, float,
      "Milliseconds between the coordinator's negotiation rounds while tensors are pending "
-     "(ops submitted within one cycle fuse).")
+     "and the caller computes (ops submitted within one cycle fuse); a caller that waits "
+     "gets rounds at once. Horovod's default is 1: each round here costs the training "
+     "thread the GIL and a core (docs/horovod.md).")
 knob("HOROVOD_CACHE_CAPACITY", 1024, int,
      "Entries of the response cache (a steady step skips negotiation); 0 turns it off.")
 knob("COMMRT_HOROVOD_SPIN", False, _bool,

@@ -54,6 +54,7 @@ from commrt.horovod.errors import HorovodInternalError, HorovodMismatchError
 AVERAGE, SUM_OP, ADASUM, MIN_OP, MAX_OP, PRODUCT = 0, 1, 2, 3, 4, 5
 _KERNEL_OP = {AVERAGE: SUM, SUM_OP: SUM, MIN_OP: MIN, MAX_OP: MAX, PRODUCT: PROD}
 _CACHEABLE = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
+WAIT_CYCLE_S = 0.001  # rounds that finish nothing, while a caller waits: this far apart
 IDLE_S = 0.05        # an idle rank still joins a round this often (shutdown, liveness)
 JOIN = "__join__"
 
@@ -122,6 +123,7 @@ class Coordinator:
         self._idle = False                       # the loop waits on `wake` (lock)
         self._pausing = False                    # the loop sleeps out a cycle on `wake` (lock)
         self._hurry = False                      # a caller began to wait: round now (lock)
+        self._progress = False                   # the last cycle's rounds ran something
         self.stopping = False
         self.broken = None                       # HorovodInternalError once the job broke
         self.sets = {}
@@ -232,14 +234,22 @@ class Coordinator:
             if self.cycle_s and not stopping and not self._hurry:
                 # rounds start at most once a cycle, as Horovod's: what is submitted
                 # within one cycle is negotiated, and fused, together; a caller that
-                # starts waiting ends the pause (wait())
-                left = self._cycle_start + self.cycle_s - time.monotonic()
+                # starts waiting ends the pause (wait()).  While a caller waits, the
+                # next round starts at once after a round that finished something (its
+                # result may be one round away; the other ranks' coordinators pace
+                # it), else within WAIT_CYCLE_S: a long cycle spaces the rounds only
+                # while the caller computes
+                pause = self.cycle_s
+                if self.waiters:
+                    pause = 0.0 if self._progress else min(pause, WAIT_CYCLE_S)
+                left = self._cycle_start + pause - time.monotonic()
                 if left > 0:
                     self._pausing = True
                     self.wake.wait(left)
                     self._pausing = False
             self._hurry = False
         self._cycle_start = time.monotonic()
+        self._progress = False
         if self.timeline is not None:
             self.timeline.cycle()
         for set_id in sorted(self.sets):
@@ -282,6 +292,8 @@ class Coordinator:
         if vec[0] == 0:
             self.stats["negotiations"] += 1
             ready += self._negotiate(ps)
+        if ready:
+            self._progress = True
         self._run(ps, ready)
         self._notify_finished()
         return vec[1] == 1

@@ -142,6 +142,27 @@ def real_async(comm):
         return in_flight, out[0].item()
 
 
+def waiting_caller_gets_rounds_at_once(comm):
+    """A caller that waits is not held a whole HOROVOD_CYCLE_TIME (20 s here) by a
+    round that finished only part of what it needs: rank 0 waits for "b" while the
+    others first submit "z" and compute; their rounds finish "b", and the next
+    round, the one "z" needs on every rank, starts at once.  -> seconds each rank
+    spent."""
+    with horovod(comm, HOROVOD_CYCLE_TIME=20000):
+        t0 = time.monotonic()
+        if hvd.rank() == 0:
+            hvd.synchronize(hvd.allreduce_async(torch.ones(4), name="b"))
+            z = hvd.synchronize(hvd.allreduce_async(torch.ones(4), name="z", op=hvd.Sum))
+        else:
+            hz = hvd.allreduce_async(torch.ones(4), name="z", op=hvd.Sum)
+            time.sleep(0.3)                     # computing
+            hb = hvd.allreduce_async(torch.ones(4), name="b")
+            z = hvd.synchronize(hz)
+            hvd.synchronize(hb)
+        assert z.tolist() == [float(hvd.size())] * 4, z
+        return time.monotonic() - t0
+
+
 def cache_and_fusion(comm, threshold):
     """A steady step negotiates once; fusion packs small tensors (threshold 0: never)."""
     with horovod(comm, HOROVOD_FUSION_THRESHOLD=threshold, HOROVOD_CYCLE_TIME=5):

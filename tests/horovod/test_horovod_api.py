@@ -39,6 +39,13 @@ def test_poll_is_false_while_in_flight(world3):
     assert [o[1] for o in out] == [3.0] * 3
 
 
+def test_a_waiting_caller_is_not_held_a_cycle(world3):
+    # without the rounds back to back while a caller waits, the ranks waiting for
+    # "z" slept out the 20 s cycle after the round that finished "b"
+    spent = world3.run(hvd_ranks.waiting_caller_gets_rounds_at_once, timeout=60)
+    assert all(s < 10 for s in spent), spent
+
+
 def test_response_cache_skips_negotiation_and_fusion_packs_tensors(world3):
     steps, max_fused, cached = zip(*world3.run(hvd_ranks.cache_and_fusion, 64 << 20, timeout=60))
     for per_step in steps:
