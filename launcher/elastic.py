@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from commrt.launcher import hosts as hostmod
+from commrt.launcher.signals import signal_group
 from commrt.rendezvous import auth
 from commrt.rendezvous.store import Store, StoreServer
 
@@ -265,7 +266,7 @@ class Driver:
 
     def close(self):
         for w in self.workers.values():
-            _killpg(w.proc, signal.SIGTERM)
+            signal_group(w.proc.pid, signal.SIGTERM)
             if w.proc.stdin is not None:         # a remote worker's lifeline
                 try:
                     w.proc.stdin.close()
@@ -276,7 +277,7 @@ class Driver:
             try:
                 w.proc.wait(max(0.0, end - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _killpg(w.proc, signal.SIGKILL)
+                signal_group(w.proc.pid, signal.SIGKILL)
                 w.proc.wait(5)
         self.store.close()
         self.server.close()
@@ -287,13 +288,6 @@ class Driver:
     def _note(self, text):
         sys.stderr.write(f"commrt-launch (elastic): {text}\n")
         sys.stderr.flush()
-
-
-def _killpg(proc, sig):
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run(spec: ElasticSpec) -> int:

@@ -37,11 +37,11 @@ from typing import Dict, List, Optional
 from commrt.errors import StoreError
 from commrt.launcher import hosts as hostmod
 from commrt.launcher.output import STDERR, STDOUT, OutputRouter
+from commrt.launcher.signals import FORWARDED as _FORWARDED, signal_group
 from commrt.rendezvous import auth
 from commrt.rendezvous.store import StoreServer
 
 _PR_SET_PDEATHSIG = 1
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # How each failure a rank raises names the rank to blame (commrt/errors.py's texts):
 # group 1 the error's class, group 2 the culprit.
 _BLAMES = (
@@ -628,10 +628,7 @@ class Job:
                 self._kill_group(r, signum)
 
     def _kill_group(self, r, signum):
-        try:
-            os.killpg(r.proc.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(r.proc.pid, signum)
 
     def _teardown(self):
         """Whatever happened, leave no process, pipe, store or secret behind."""

@@ -16,10 +16,11 @@ import signal
 import subprocess
 import sys
 
+from commrt.launcher.signals import FORWARDED as _FORWARDED, signal_group
+
 _PR_SET_PDEATHSIG = 1
 _SPEC_LIMIT = 1 << 20
 _SPEC_TIMEOUT_S = 30.0
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def read_spec(stdin_fd):
@@ -82,19 +83,12 @@ def watch(proc, stdin_fd):
                 if key.data == "signal":
                     for signum in os.read(wake_r, 256):
                         if signum in _FORWARDED:
-                            _killpg(proc.pid, signum)
+                            signal_group(proc.pid, signum)
                 elif not os.read(stdin_fd, 4096):  # the launcher is gone
                     sel.unregister(stdin_fd)
-                    _killpg(proc.pid, signal.SIGKILL)
-    _killpg(proc.pid, signal.SIGKILL)  # anything the rank left behind
+                    signal_group(proc.pid, signal.SIGKILL)
+    signal_group(proc.pid, signal.SIGKILL)  # anything the rank left behind
     return proc.returncode
-
-
-def _killpg(pgid, signum):
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def main():

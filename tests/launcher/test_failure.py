@@ -66,6 +66,34 @@ def test_rank_ignoring_sigterm_is_killed_after_the_grace(script):
     assert_no_orphans(script.pid_dir)
 
 
+def test_a_stopped_rank_gets_sigterm_at_once_not_sigkill_after_the_grace(script):
+    """A rank stopped by SIGSTOP holds SIGTERM pending: the launcher follows it with
+    SIGCONT (as a shell's kill does), so the rank's own SIGTERM handler runs when
+    the job stops, long before --grace ends in SIGKILL."""
+    prog = script("""
+        import signal
+        def on_term(*_):
+            open(os.path.join(PIDS, f"term{RANK}"), "w").close()
+            os._exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        record_pid()
+        while len([n for n in os.listdir(PIDS) if n.isdigit()]) < SIZE:
+            time.sleep(0.01)
+        if RANK == 2:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if RANK == 1:
+            time.sleep(0.5)             # rank 2 is stopped by now
+            sys.exit(3)
+        time.sleep(60)
+        """)
+    start = time.monotonic()
+    out = launch(["-n", "3", "--grace", "60", prog])
+    assert out.returncode == 3, out.stderr
+    assert (script.pid_dir / "term2").exists(), "the stopped rank never ran its SIGTERM handler"
+    assert time.monotonic() - start < 30    # not the 60 s grace
+    assert_no_orphans(script.pid_dir)
+
+
 def test_children_of_ranks_are_cleaned_up(script):
     prog = script("""
         import subprocess
