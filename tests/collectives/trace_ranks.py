@@ -46,13 +46,13 @@ def _install():
         _record(self, "send", "send", dst, buf)
         return isend(self, buf, dst)
 
-    def t_irecv(self, buf, src):
+    def t_irecv(self, buf, src, copier=0):
         _record(self, "recv", "recv", src, buf)
-        return irecv(self, buf, src)
+        return irecv(self, buf, src, copier)
 
-    def t_irecv_reduce(self, buf, src, hook):
+    def t_irecv_reduce(self, buf, src, hook, copier=0):
         _record(self, "recv", "combine", src, buf)
-        return irecv_reduce(self, buf, src, hook)
+        return irecv_reduce(self, buf, src, hook, copier)
 
     def t_exchange(self, sbuf, dst, rbuf, src, hook=0):
         _record(self, "send", "send", dst, sbuf)
