@@ -72,6 +72,30 @@ def _counts(mode):
     return {k: stats[k] for k in COUNTS}
 
 
+def _time_steps(model, opt, data, target, warmup, steps, sync, mode):
+    """(seconds, counts): `steps` training steps timed after `warmup` untimed ones,
+    the ranks aligned by sync() before and after, and the coordinator's counters
+    over them (None for DDP)."""
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(model(data), target).backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    sync()
+    before = _counts(mode)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    elapsed = time.perf_counter() - t0
+    if before is None:
+        return elapsed, None
+    after = _counts(mode)
+    return elapsed, {k: after[k] - before[k] for k in COUNTS}
+
+
 def main(argv):
     if argv[0] == "--blocks":
         return main_blocks(argv[1:])
@@ -102,26 +126,12 @@ def main(argv):
     data = torch.randn(batch, 3, IMAGE[model_name], IMAGE[model_name])
     target = torch.randint(0, 10, (batch,))
 
-    def step():
-        opt.zero_grad()
-        F.cross_entropy(model(data), target).backward()
-        opt.step()
-
-    for _ in range(warmup):
-        step()
-    sync()
-    counts = _counts(mode)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    elapsed = time.perf_counter() - t0
+    elapsed, counts = _time_steps(model, opt, data, target, warmup, steps, sync, mode)
     if rank == 0:
         out = {"mode": mode, "size": size, "imgs_per_s": batch * size * steps / elapsed}
         if counts is not None:
-            after = _counts(mode)
             # the closing barrier's round included: per step, it is a 1/steps share
-            out["per_step"] = {k: (after[k] - counts[k]) / steps for k in COUNTS}
+            out["per_step"] = {k: v / steps for k, v in counts.items()}
         print(json.dumps(out), flush=True)
     if mode != "ddp":
         hvd.shutdown()
@@ -186,25 +196,12 @@ def main_blocks(argv):
                     runs[mode] = (model, opt)
             model, opt = runs[mode]
 
-            def step():
-                opt.zero_grad()
-                F.cross_entropy(model(data), target).backward()
-                opt.step()
-
-            for _ in range(warmup):
-                step()
-            sync()
-            before = _counts(base)
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                step()
-            sync()
+            elapsed, delta = _time_steps(model, opt, data, target, warmup, steps, sync, base)
             timed[mode][0] += steps
-            timed[mode][1] += time.perf_counter() - t0
+            timed[mode][1] += elapsed
             if base != "ddp":
-                after = _counts(base)
-                for k in COUNTS:
-                    counts[mode][k] += after[k] - before[k]
+                for k, v in delta.items():
+                    counts[mode][k] += v
                 hvd.shutdown()
                 for k, v in saved.items():
                     if v is None:
