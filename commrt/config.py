@@ -102,6 +102,12 @@ knob("COMMRT_SHM_CHUNK_BYTES", 64 << 10, _size,
      "(below COMMRT_CMA_MIN_BYTES): the receiver copies or combines one piece while the "
      "sender writes the next, so smaller pieces overlap more (256 KiB -> 64 KiB took a 2-rank "
      "1 MiB all-reduce from 55 to 41 us); rounded down to a multiple of 64.")
+knob("COMMRT_TCP_STREAMS", 2, int,
+     "TCP connections per pair of ranks on different hosts, 1-8 (each pair uses the smaller "
+     "of its two ranks' values).  With 2 or more, a large message's DATA is striped over the "
+     "extra ones in 1 MiB pieces and the first keeps the small, urgent frames (eager messages, "
+     "rendezvous replies, credit, heartbeats: matching order is the first's), so a reply never "
+     "waits in the kernel behind DATA.  Measured in docs/transport.md.")
 knob("COMMRT_CMA", True, _bool, "Use process_vm_readv (single copy) for large shared-memory messages.")
 knob("COMMRT_CMA_MIN_BYTES", "auto", _size_or_auto,
      "Smallest shared-memory message copied with process_vm_readv; smaller ones (above the "

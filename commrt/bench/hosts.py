@@ -3,7 +3,7 @@
     python -m commrt.bench hosts [--hosts 2] [--ranks-per-host 2]
         [--rates 1gbit,10gbit] [--sizes 64K,1M,16M,64M]
         [--algos ring,rabenseifner,tree,dbtree,hierarchical,auto] [--mpi] [--mpi-retries 2]
-        [--wire] [--rounds 3] [--mtu 9000] [--json out.json]
+        [--wire] [--streams 1,4] [--rounds 3] [--mtu 9000] [--json out.json]
 
 For each link rate (``tc qdisc ... tbf rate RATE``, both directions of every
 host's link; see commrt/bench/_netns.py) and round: one commrt job of
@@ -19,7 +19,9 @@ a failed mpirun is run again (--mpi-retries) before its round becomes a gap.
 With ``--wire`` every rank also reads its host's link counters around each
 timed slice (/sys/class/net/cmrt0/statistics, outside the timed loop) and
 the report adds the bytes each call put on the busiest host's link, each
-way.  Reports per rate what ``auto`` ran at each size (the model's choice, per
+way.  With ``--streams 1,4`` each round runs one commrt job per value of
+COMMRT_TCP_STREAMS (TCP connections per pair across hosts), in turns, and
+the report has a table per rate and value ("1gbit, 4 streams").  Reports per rate what ``auto`` ran at each size (the model's choice, per
 round), the median time and busbw per (size, algorithm), auto/best
 (target <= 1.10), hierarchical/ring and, with --mpi, commrt's best/OpenMPI.
 Needs root and iproute2; the namespaces are removed afterwards.
@@ -44,14 +46,16 @@ def _spec(args):
     return spec
 
 
-def run_commrt(hosts, local, spec, tmp, timeout):
-    """One commrt job across hosts; rank 0's results."""
+def run_commrt(hosts, local, spec, tmp, timeout, streams=None):
+    """One commrt job across hosts; rank 0's results (streams: COMMRT_TCP_STREAMS)."""
     path = os.path.join(tmp, "spec.json")
     _launch.write_json(path, spec)
     # the cost cache cannot see tc's rate (its key is the namespace and the
     # interface, the same at every rate here): measure afresh every job
     env = [f"{k}={v}" for k, v in _launch.CHILD_ENV.items()] + [
         f"COMMRT_IFNAME={_netns.IFNAME}", f"COMMRT_TIMEOUT={int(timeout)}", "COMMRT_COST_CACHE="]
+    if streams is not None:
+        env.append(f"COMMRT_TCP_STREAMS={int(streams)}")
     cmd = hosts.launch_cmd(local, ["-m", "commrt.bench._hosts_rank", "--spec", path, "--out",
                                    tmp], timeout=timeout, env=env)
     _launch.run_procs([cmd], [_launch._child_env({})], timeout + 30, "commrt across hosts")
@@ -86,18 +90,34 @@ def run_mpi(hosts, local, spec, tmp, timeout):
     return _launch._read_results(tmp, n, "mpirun across hosts")[0]
 
 
+def _streams(args):
+    """The --streams values (None: the job's default, one table per rate)."""
+    text = getattr(args, "streams", None)
+    return [int(x) for x in text.split(",")] if text else [None]
+
+
+def cases(args):
+    """(rate, streams, label) of every table: the label keys the results."""
+    return [(rate, s, rate if s is None else f"{rate}, {s} stream{'s' * (s != 1)}")
+            for rate in args.rates.split(",") for s in _streams(args)]
+
+
 def collect(args, log=print):
     spec = _spec(args)
-    data = {}   # (rate, algo, bytes) -> [seconds per round]
+    data = {}   # (label, algo, bytes) -> [seconds per round]; label: see cases()
     with _netns.Hosts(args.hosts, mtu=args.mtu) as hosts:
         for rate in args.rates.split(","):
             hosts.set_rate(rate)
             log(hosts.describe())
+            mine = [(s, label) for r8, s, label in cases(args) if r8 == rate]
             for r in range(args.rounds):
-                runs = [("commrt", run_commrt)] + ([("ompi", run_mpi)] if args.mpi else [])
-                for label, fn in runs[::-1 if r % 2 else 1]:
-                    record(data, rate, label, _one_run(label, fn, hosts, args, spec, log,
-                                                       f"{rate}: round {r + 1}"),
+                runs = [(label, "commrt", lambda *a, s=s: run_commrt(*a, streams=s))
+                        for s, label in mine]
+                if args.mpi:
+                    runs += [(label, "ompi", run_mpi) for _, label in mine[:1]]
+                for label, system, fn in runs[::-1 if r % 2 else 1]:
+                    record(data, label, system, _one_run(system, fn, hosts, args, spec, log,
+                                                         f"{label}: round {r + 1}"),
                            spec["sizes"])
                 log(f"  {rate}: round {r + 1}/{args.rounds} done (load "
                     f"{os.getloadavg()[0]:.1f})")
@@ -187,7 +207,7 @@ def report(args, data):
     wire = {k[1:]: v for k, v in data.items() if k[0] == "wire"}
     choice = {k[1:]: v for k, v in data.items() if k[0] == "choice"}
     data = {k: v for k, v in data.items() if k[0] not in ("wire", "choice")}
-    for rate in args.rates.split(","):
+    for _, _, rate in cases(args):
         algos = sorted({k[1] for k in data if k[0] == rate},
                        key=lambda a: (a in ("auto", "ompi"), a))
         sizes = sorted({k[2] for k in data if k[0] == rate})
@@ -238,6 +258,8 @@ def parse_args(argv):
                    help="run a failed OpenMPI job of a round again up to this many times")
     p.add_argument("--wire", action="store_true",
                    help="also the bytes each call puts on a host's link (interface counters)")
+    p.add_argument("--streams", help="COMMRT_TCP_STREAMS values to compare, e.g. 1,4 (one "
+                   "commrt job per value and round, in turns; default: the job's own)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--mtu", type=int, default=9000)
     p.add_argument("--target-s", type=float, default=0.2, help="timed seconds per slice loop")

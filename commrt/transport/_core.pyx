@@ -322,23 +322,46 @@ cdef class Engine:
         eager credit it grants; COMMRT_UNEXPECTED_BYTES)."""
         return self.E.credit_bytes
 
-    def add_tcp_peer(self, int rank, int fd, credit=None):
+    def add_tcp_peer(self, int rank, int fd, credit=None, lanes=()):
         """Adopt a connected, authenticated, non-blocking TCP socket (fd is owned from
         now on); credit: the bytes of unexpected messages the peer holds for us (its
-        grant, told at connect time; None: the same as ours)."""
-        cdef epoll_event ev
-        cdef peer_t *p = self._peer_for_setup(rank, credit)
+        grant, told at connect time; None: the same as ours).  lanes: more such
+        sockets to the same peer (owned too), extra streams that DATA is striped
+        over (COMMRT_TCP_STREAMS, tcp.pxi), in the order both sides agree on."""
+        cdef peer_t *p
+        cdef peer_t *q
+        cdef int k
+        cdef int n = len(lanes)
+        if n > MAX_LANES or (n and not 0 <= rank < (1 << 24)):
+            for lfd in lanes:
+                close(lfd)
+            close(fd)
+            raise ValueError(f"at most {MAX_LANES} extra TCP streams per peer (ranks < 2**24), "
+                             f"got {n}")
+        p = self._peer_for_setup(rank, credit)
         p.ops = &TCP_OPS
         p.fd = fd
-        p.rxbuf = <char *>malloc(RXBUF_BYTES)
-        if p.rxbuf == NULL:
-            raise MemoryError()
-        ev.events = EPOLLIN | EPOLLRDHUP
-        ev.data.u64 = (<uint64_t>EV_PEER << 32) | <uint64_t>rank
-        if epoll_ctl(self.E.iofd, EPOLL_CTL_ADD, fd, &ev) != 0:
-            raise OSError(errno, f"epoll_ctl for the TCP connection to rank {rank}")
-        p.ev_mask = ev.events
-        p.in_epoll = True
+        for lfd in lanes:                   # owned from now on: released with the channel
+            if p.lanes == NULL:
+                p.lanes = <peer_t *>calloc(n, sizeof(peer_t))
+                if p.lanes == NULL:
+                    for x in lanes:
+                        close(x)
+                    raise MemoryError()
+            q = &p.lanes[p.nlanes]
+            q.rank = rank
+            q.ops = &TCP_OPS
+            q.main = p
+            q.lane_ix = p.nlanes
+            q.fd = lfd
+            q.heard_at = p.heard_at
+            p.nlanes += 1
+        for k in range(-1, p.nlanes):
+            q = p if k < 0 else &p.lanes[k]
+            q.rxbuf = <char *>malloc(RXBUF_BYTES)
+            if q.rxbuf == NULL:
+                raise MemoryError()
+            _tcp_watch(self.E, q)
         _count_channel(self.E, p)
 
     def add_shm_peer(self, int rank, int memfd, uint64_t ring_bytes, int side, int peer_efd,
@@ -866,10 +889,17 @@ cdef class Engine:
         self._live()
         for i in range(self.size):
             p = &self.E.peers[i]
+            hs, hr = p.hdr_sent, p.hdr_recv
+            for k in range(p.nlanes):           # extra TCP streams' DATA headers
+                hs += p.lanes[k].hdr_sent
+                hr += p.lanes[k].hdr_recv
             out[i] = {"bytes_sent": p.bytes_sent, "msgs_sent": p.msgs_sent,
                       "bytes_recv": p.bytes_recv, "msgs_recv": p.msgs_recv,
-                      "header_bytes_sent": p.hdr_sent, "header_bytes_recv": p.hdr_recv,
-                      "transport": self.peer_kind(i)}
+                      "header_bytes_sent": hs, "header_bytes_recv": hr,
+                      "transport": self.peer_kind(i), "streams": 1 + p.nlanes,
+                      # bytes read from each TCP stream (the channel's first, then its lanes)
+                      "stream_bytes_recv": [p.rx_raw] + [p.lanes[k].rx_raw
+                                                         for k in range(p.nlanes)]}
         return out
 
     def memory_info(self):
@@ -938,6 +968,8 @@ cdef class Engine:
                 p = &E.peers[i]
                 if p.ops != NULL and p.ops.remote and p.lost == 0:
                     send_ctrl(E, p, OP_BYE, 0, 0, 0, 0)
+                    for k in range(p.nlanes):       # behind each lane's DATA (tcp.pxi)
+                        send_ctrl(E, &p.lanes[k], OP_BYE, 0, 0, 0, 0)
             deadline = now_ns() + <int64_t>(linger * 1e9)
             while now_ns() < deadline:
                 progress(E, True)
@@ -1106,6 +1138,22 @@ cpdef double check_timeout(object timeout) except -1.0:
     return t if t < MAX_TIMEOUT_S else MAX_TIMEOUT_S
 
 
+cdef enum:
+    MAX_LANES = 7           # extra TCP streams per peer (COMMRT_TCP_STREAMS <= 8)
+
+
+cdef int _tcp_watch(eng_t *E, peer_t *q) except -1:
+    """Put a TCP stream (a peer's channel or one of its lanes) in the channel set."""
+    cdef epoll_event ev
+    ev.events = EPOLLIN | EPOLLRDHUP
+    ev.data.u64 = tcp_tag(q)
+    if epoll_ctl(E.iofd, EPOLL_CTL_ADD, q.fd, &ev) != 0:
+        raise OSError(errno, f"epoll_ctl for a TCP connection to rank {q.rank}")
+    q.ev_mask = ev.events
+    q.in_epoll = True
+    return 0
+
+
 cdef void _count_channel(eng_t *E, peer_t *p) noexcept nogil:
     if p.ops.polled_fd:
         E.n_fd_polled += 1
@@ -1124,6 +1172,9 @@ cdef int _tx_pending(eng_t *E) noexcept nogil:
             continue
         if p.txq != NULL:
             return 2
+        for k in range(p.nlanes):
+            if p.lanes[k].txq != NULL:
+                return 2
         if p.ops != NULL and p.ops.unsent != NULL and p.ops.unsent(p) > 0:
             most = 1
     return most

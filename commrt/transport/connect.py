@@ -17,6 +17,12 @@ rank creates the segment with memfd_create and passes it, with its doorbell
 eventfd, over SCM_RIGHTS; the higher rank answers with its own doorbell.
 The Unix socket stays open: its EOF is how a rank learns that a peer on its
 host died, SIGKILL included.  Nothing is ever named in /dev/shm.
+
+A TCP pair may have extra streams (COMMRT_TCP_STREAMS; each rank publishes
+its value and a pair uses the smaller): after its channel's hello is
+acknowledged the connecting rank opens each extra connection in turn, each
+authenticated and introduced by a hello of kind KIND_LANE + k; the acceptor
+adopts the channel once the first connection and all its extra ones are in.
 """
 import errno
 import json
@@ -36,7 +42,7 @@ from commrt.transport import _core
 
 log = logging.getLogger("commrt")
 
-HELLO = struct.Struct("<4sHHiiQ")      # magic, wire version, kind (0 tcp, 1 shm), rank, pid, credit
+HELLO = struct.Struct("<4sHHiiQ")      # magic, wire version, kind, rank, pid, credit
 HELLO_MAGIC = b"CMHW"
 OLD_HELLO_MAGIC = b"CMHI"               # wire version 1's hello: magic, rank, pid, kind (16 bytes)
 OLD_HELLO_BYTES = 16
@@ -44,6 +50,8 @@ ACK = struct.Struct("<4sHHQ")           # magic, wire version, verdict (0 accept
 ACK_MAGIC = b"CMAK"
 SHM_OFFER = struct.Struct("<4sQ")       # magic, ring bytes
 KIND_TCP, KIND_SHM = 0, 1
+KIND_LANE = 2                           # + k: the TCP channel's extra stream k (0-based)
+MAX_STREAMS = 8                         # COMMRT_TCP_STREAMS: the channel and up to 7 lanes
 
 
 class MeshPlan:
@@ -63,6 +71,14 @@ class MeshPlan:
                                      f"({self.host_of(r)!r})")
             return KIND_TCP
         return KIND_SHM
+
+
+def tcp_streams():
+    """COMMRT_TCP_STREAMS, checked."""
+    n = config.get("COMMRT_TCP_STREAMS")
+    if not 1 <= n <= MAX_STREAMS:
+        raise ValueError(f"COMMRT_TCP_STREAMS must be 1-{MAX_STREAMS}, got {n}")
+    return n
 
 
 def _cma_min_bytes(oversub):
@@ -91,7 +107,8 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
     if not config.get("COMMRT_HEARTBEAT_S") > 0:
         raise ValueError(f"COMMRT_HEARTBEAT_S must be > 0, got {config.get('COMMRT_HEARTBEAT_S')}"
                          f" (to stop blaming silent peers set COMMRT_LIVENESS_TIMEOUT_S=0)")
-    _check_fd_limit(rank, size, local_size)
+    streams = tcp_streams()
+    _check_fd_limit(rank, size, local_size, streams)
     ncpu = len(os.sched_getaffinity(0))
     oversub = local_size > ncpu
     spin_us = config.get("COMMRT_SPIN_US")
@@ -111,23 +128,27 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
     deadline = time.monotonic() + timeout
     with _Listeners(bind_addr) as listeners:
         me = {"host": host_id, "pid": os.getpid(), "tcp": listeners.tcp_addr,
-              "unix": listeners.unix_name.hex()}
+              "unix": listeners.unix_name.hex(), "streams": streams}
         store.set(f"{prefix}/addr/{rank}", json.dumps(me).encode())
         addrs = _gather_addresses(store, prefix, rank, size, deadline)
         plan = MeshPlan(rank, size, addrs)
         kinds = {r: plan.kind_to(r, mode) for r in range(size) if r != rank}
+        # extra TCP streams of each TCP pair: both sides take the smaller count
+        lanes = {r: min(streams, int(addrs[r].get("streams", 1))) - 1
+                 for r in kinds if kinds[r] == KIND_TCP}
         acceptor = _Acceptor(listeners, engine, secret, rank,
-                             {r: kinds[r] for r in range(rank + 1, size)}, deadline)
+                             {r: kinds[r] for r in range(rank + 1, size)}, deadline,
+                             {r: n for r, n in lanes.items() if r > rank})
         acceptor.start()
         try:
             for r in range(rank):
-                _connect(engine, secret, rank, r, kinds[r], addrs[r], deadline)
+                _connect(engine, secret, rank, r, kinds[r], addrs[r], deadline, lanes.get(r, 0))
             acceptor.join(deadline)
         except BaseException as exc:
             acceptor.stop()
             engine.close(0)
             if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
-                raise BootstrapError(_fd_limit_text(rank, size, local_size)) from exc
+                raise BootstrapError(_fd_limit_text(rank, size, local_size, streams)) from exc
             raise
     engine.start(progress_thread=config.get("COMMRT_PROGRESS_THREAD"))
     return engine, plan
@@ -136,25 +157,26 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
 FDS_BASE = 32               # epoll sets, eventfds, listeners, store, a rank's own files
 
 
-def fds_needed(size, local_size):
-    """Descriptors a rank's mesh holds: a TCP socket per remote peer; a liveness
-    socket and a doorbell per shared-memory peer (its memfd is closed once mapped)."""
+def fds_needed(size, local_size, streams=1):
+    """Descriptors a rank's mesh holds: `streams` TCP sockets per remote peer; a
+    liveness socket and a doorbell per shared-memory peer (its memfd is closed
+    once mapped)."""
     local = max(0, local_size - 1)
-    return FDS_BASE + 2 * local + (size - 1 - local)
+    return FDS_BASE + 2 * local + streams * (size - 1 - local)
 
 
-def _fd_limit_text(rank, size, local_size):
+def _fd_limit_text(rank, size, local_size, streams=1):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     return (f"rank {rank}: RLIMIT_NOFILE (open files, `ulimit -n`) is {soft} (hard limit "
             f"{hard}), too low for a world of {size} ranks: the mesh needs about "
-            f"{fds_needed(size, local_size)} descriptors on this rank; raise it (ulimit -n "
-            f"{max(fds_needed(size, local_size) * 2, 1024)})")
+            f"{fds_needed(size, local_size, streams)} descriptors on this rank; raise it "
+            f"(ulimit -n {max(fds_needed(size, local_size, streams) * 2, 1024)})")
 
 
-def _check_fd_limit(rank, size, local_size):
+def _check_fd_limit(rank, size, local_size, streams=1):
     """Raise the soft RLIMIT_NOFILE toward the hard one if the mesh needs it, or
     fail at once naming the limit (not with EMFILE half-way through the mesh)."""
-    want = fds_needed(size, local_size) + len(os.listdir("/proc/self/fd"))   # open ones count
+    want = fds_needed(size, local_size, streams) + len(os.listdir("/proc/self/fd"))  # open ones count
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= want:
         return
@@ -165,7 +187,7 @@ def _check_fd_limit(rank, size, local_size):
             return
         except (ValueError, OSError):
             pass
-    raise BootstrapError(_fd_limit_text(rank, size, local_size))
+    raise BootstrapError(_fd_limit_text(rank, size, local_size, streams))
 
 
 def _gather_addresses(store, prefix, rank, size, deadline):
@@ -204,10 +226,12 @@ class _Acceptor(threading.Thread):
     """Accepts the higher ranks.  A stranger, or garbage, is logged and dropped:
     each connection is vetted on its own thread so one cannot stall the rest."""
 
-    def __init__(self, listeners, engine, secret, rank, expected, deadline):
+    def __init__(self, listeners, engine, secret, rank, expected, deadline, lanes=None):
         super().__init__(name="commrt-acceptor", daemon=True)
         self.listeners, self.engine, self.secret = listeners, engine, secret
         self.rank, self.expected, self.deadline = rank, dict(expected), deadline
+        self.lanes = dict(lanes or {})      # rank -> extra TCP streams of its channel
+        self.parts = {}                     # rank -> [first socket, its credit, {k: lane socket}]
         self.lock = threading.Lock()
         self.claimed = set()                # hellos accepted, channel being set up
         self.refused = {}                   # rank -> ProtocolError of a hello in another version
@@ -249,20 +273,35 @@ class _Acceptor(threading.Thread):
             auth.server_handshake(conn, self.secret, min(10.0, budget))
             conn.settimeout(budget)
             peer, pid, kind, credit = _read_hello(conn, self.rank)
+            lane = kind - KIND_LANE if kind >= KIND_LANE else None
             with self.lock:
-                if self.expected.get(peer) != kind or peer in self.claimed:
+                want = self.expected.get(peer)
+                fits = (want == KIND_TCP and lane < self.lanes.get(peer, 0) if lane is not None
+                        else want == kind)
+                if not fits or peer in self.claimed:
                     raise AuthError(f"unexpected hello from rank {peer} (kind {kind})")
-                self.claimed.add(peer)
-            try:
-                conn.sendall(ACK.pack(ACK_MAGIC, _core.WIRE_VERSION, 0, self.engine.credit_bytes))
                 if kind == KIND_SHM:
+                    self.claimed.add(peer)
+            if kind != KIND_SHM:
+                whole = self._tcp_part(peer, lane, conn, credit)
+                conn = None                     # kept in parts (closed there if replaced)
+                if whole is None:
+                    return
+                try:
+                    _adopt_tcp(self.engine, peer, *whole)
+                except BaseException:
+                    with self.lock:
+                        self.claimed.discard(peer)
+                    raise
+            else:
+                try:
+                    conn.sendall(ACK.pack(ACK_MAGIC, _core.WIRE_VERSION, 0,
+                                          self.engine.credit_bytes))
                     _offer_shm(self.engine, conn, self.rank, peer, pid, credit)
-                else:
-                    _adopt_tcp(self.engine, peer, conn, credit)
-            except BaseException:
-                with self.lock:                 # the rank may try again; join() names it if not
-                    self.claimed.discard(peer)
-                raise
+                except BaseException:
+                    with self.lock:             # the rank may try again; join() names it if not
+                        self.claimed.discard(peer)
+                    raise
             with self.lock:
                 del self.expected[peer]
                 if not self.expected:
@@ -285,11 +324,45 @@ class _Acceptor(threading.Thread):
         except (AuthError, OSError, struct.error, ValueError) as exc:
             who = f" claiming rank {peer}" if peer is not None else ""
             self.refusals.refused(source, f"{exc}{who}")
-            conn.close()
+            if conn is not None:
+                conn.close()
         except BaseException as exc:                      # surfaced by join()
             self.error = exc
-            conn.close()
+            if conn is not None:
+                conn.close()
             self.done.set()
+
+    def _tcp_part(self, peer, lane, conn, credit):
+        """One connection of peer's TCP channel (lane None: the first) is in: keep
+        it, acknowledge it, and once the first and every extra one are in return
+        (first, credit, lanes) for adoption (None until then).  A first
+        connection again (the peer retried a broken set-up) starts afresh, and
+        a lane again replaces the one kept."""
+        with self.lock:
+            if lane is None:
+                old = self.parts.pop(peer, None)
+                self.parts[peer] = [conn, credit, {}]
+            else:
+                parts = self.parts.get(peer)
+                if parts is None:           # its first connection is not (or no longer) in
+                    raise AuthError(f"extra TCP stream {lane} of rank {peer} before its channel")
+                old = (None, None, {lane: parts[2][lane]} if lane in parts[2] else {})
+                parts[2][lane] = conn
+        if old is not None:
+            for sock in [old[0], *old[2].values()]:
+                if sock is not None:
+                    sock.close()
+        # (after it is kept: the peer opens its next stream only once this is read)
+        conn.sendall(ACK.pack(ACK_MAGIC, _core.WIRE_VERSION, 0, self.engine.credit_bytes))
+        with self.lock:
+            parts = self.parts.get(peer)
+            if (parts is None or parts[0] is None or len(parts[2]) < self.lanes.get(peer, 0)
+                    or peer in self.claimed):
+                return None
+            del self.parts[peer]
+            self.claimed.add(peer)
+        first, credit, lanes = parts
+        return first, credit, [lanes[k] for k in range(len(lanes))]
 
     def join(self, deadline):
         while not self.done.wait(0.05):
@@ -307,6 +380,11 @@ class _Acceptor(threading.Thread):
 
     def stop(self):
         self.stopping = True
+        with self.lock:                     # channels never completed
+            parts, self.parts = self.parts, {}
+        for first, _, lanes in parts.values():
+            for sock in [first, *lanes.values()]:
+                sock.close()
         try:
             os.write(self._wake_w, b"x")
         except OSError:         # already woken (a full pipe) or closed
@@ -319,14 +397,14 @@ class _Acceptor(threading.Thread):
         self.refusals.summary()
 
 
-def _connect(engine, secret, rank, peer, kind, addr, deadline):
+def _connect(engine, secret, rank, peer, kind, addr, deadline, lanes=0):
     """Connect to a lower rank, authenticate, say hello and adopt the channel.
 
     A channel set-up that breaks half-way (a reset, a timeout on a loaded
     host) is tried again until the deadline; a refused secret is not."""
     while True:
         try:
-            return _connect_once(engine, secret, rank, peer, kind, addr, deadline)
+            return _connect_once(engine, secret, rank, peer, kind, addr, deadline, lanes)
         except (AuthError, ProtocolError):
             raise
         except OSError as exc:
@@ -336,7 +414,32 @@ def _connect(engine, secret, rank, peer, kind, addr, deadline):
             time.sleep(0.05)
 
 
-def _connect_once(engine, secret, rank, peer, kind, addr, deadline):
+def _connect_once(engine, secret, rank, peer, kind, addr, deadline, lanes=0):
+    sock = _open(rank, peer, kind, addr, deadline)
+    extra = []
+    try:
+        auth.client_handshake(sock, secret, max(0.1, deadline - time.monotonic()))
+        sock.sendall(HELLO.pack(HELLO_MAGIC, _core.WIRE_VERSION, kind, rank, os.getpid(),
+                                engine.credit_bytes))
+        credit = _read_ack(sock, rank, peer)
+        if kind == KIND_SHM:
+            _accept_shm(engine, sock, rank, peer, addr["pid"], credit)
+        else:
+            for k in range(lanes):          # one at a time: each after the last was acknowledged
+                extra.append(_open(rank, peer, kind, addr, deadline))
+                auth.client_handshake(extra[-1], secret, max(0.1, deadline - time.monotonic()))
+                extra[-1].sendall(HELLO.pack(HELLO_MAGIC, _core.WIRE_VERSION, KIND_LANE + k,
+                                             rank, os.getpid(), engine.credit_bytes))
+                _read_ack(extra[-1], rank, peer)
+            _adopt_tcp(engine, peer, sock, credit, extra)
+    except BaseException:
+        for s in [sock, *extra]:
+            s.close()
+        raise
+
+
+def _open(rank, peer, kind, addr, deadline):
+    """A connected socket to peer (its Unix listener for shared memory, else TCP)."""
     while True:
         try:
             if kind == KIND_SHM:
@@ -351,18 +454,7 @@ def _connect_once(engine, secret, rank, peer, kind, addr, deadline):
             if time.monotonic() > deadline:
                 raise TransportError(f"rank {rank}: cannot connect to rank {peer} at {addr}: {exc}") from None
             time.sleep(0.01)
-    try:
-        auth.client_handshake(sock, secret, max(0.1, deadline - time.monotonic()))
-        sock.sendall(HELLO.pack(HELLO_MAGIC, _core.WIRE_VERSION, kind, rank, os.getpid(),
-                                engine.credit_bytes))
-        credit = _read_ack(sock, rank, peer)
-        if kind == KIND_SHM:
-            _accept_shm(engine, sock, rank, peer, addr["pid"], credit)
-        else:
-            _adopt_tcp(engine, peer, sock, credit)
-    except BaseException:
-        sock.close()
-        raise
+    return sock
 
 
 def _version_error(rank, peer, theirs, kind=None):
@@ -412,12 +504,13 @@ def _read_ack(sock, rank, peer):
     return credit
 
 
-def _adopt_tcp(engine, peer, sock, credit):
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    # Buffer sizes are left to the kernel: setting SO_SNDBUF/SO_RCVBUF turns
-    # autotuning off, and autotuning won 10-25% at 16-64 MiB on loopback.
-    sock.setblocking(False)
-    engine.add_tcp_peer(peer, sock.detach(), credit)
+def _adopt_tcp(engine, peer, sock, credit, lanes=()):
+    for s in (sock, *lanes):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Buffer sizes are left to the kernel: setting SO_SNDBUF/SO_RCVBUF turns
+        # autotuning off, and autotuning won 10-25% at 16-64 MiB on loopback.
+        s.setblocking(False)
+    engine.add_tcp_peer(peer, sock.detach(), credit, [s.detach() for s in lanes])
 
 
 def _offer_shm(engine, conn, rank, peer, peer_pid, credit):

@@ -104,7 +104,14 @@ cdef void frame_done(eng_t *E, peer_t *p, frame_t *f) noexcept nogil:
     if p.txq == NULL:
         p.txq_tail = NULL
     if f.req != NULL:
-        complete(E, f.req, E_NONE)
+        if f.h.opcode == OP_DATA:
+            # a rendezvous's pieces may go on several streams (lanes), each
+            # naming the send: it completes once all its bytes are handed over
+            f.req.moved += f.len
+            if f.req.moved >= f.req.nbytes:
+                complete(E, f.req, E_NONE)
+        else:
+            complete(E, f.req, E_NONE)
     if f.owns_payload:
         free(f.payload)
     free(f)
@@ -421,7 +428,22 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         p.abort_text[h.nbytes] = 0
         on_abort(E, p, h)
     elif op == OP_BYE:
-        peer_lost(E, p, E_CLOSED, b"the peer closed its communicator")
+        on_bye(E, p)
+
+
+cdef void on_bye(eng_t *E, peer_t *p) noexcept nogil:
+    """A BYE on one of the peer's streams.  With lanes, DATA the peer sent
+    before closing may still be on the others: the peer is closed once every
+    stream said BYE, and a stream that did reads no more (its EOF is no news)."""
+    cdef peer_t *m = main_of(p)
+    m.byes += 1
+    if m.byes <= m.nlanes:
+        p.bye_seen = True
+        if p.in_epoll:
+            epoll_ctl(E.iofd, EPOLL_CTL_DEL, p.fd, NULL)
+            p.in_epoll = False
+        return
+    peer_lost(E, m, E_CLOSED, b"the peer closed its communicator")
 
 
 # Where replies overtake (TCP), a rendezvous's DATA goes in frames of at most
@@ -431,18 +453,30 @@ DEF DATA_PIECE = 1 << 20
 
 
 cdef void send_data(eng_t *E, peer_t *p, req_t *r, uint64_t recv_id) noexcept nogil:
+    """The DATA of send r (its CTS came): in pieces where replies overtake, each
+    naming r and counted as it is handed over (frame_done); with lanes the
+    pieces take the lanes in turn, and the channel's own connection keeps only
+    what is small and urgent (EAGER, RTS, CTS, FIN, credit): a CTS written
+    behind megabytes of DATA in the kernel's socket buffer waited as long as
+    those took on the link, while the peer's transfer stood still."""
     cdef hdr_t h
     cdef uint64_t off = 0
     cdef uint64_t piece = r.nbytes
+    cdef peer_t *q
+    cdef int k
     init_hdr(E, &h, OP_DATA, r.ctx, r.tag)
     h.cookie = recv_id
+    r.moved = 0
     if p.ops.overtake:
         piece = DATA_PIECE              # a multiple of every combinable itemsize
-    while True:                         # the send completes with its last piece
+    while True:
         h.addr = off
         h.nbytes = piece if r.nbytes - off > piece else r.nbytes - off
-        if not enqueue(E, p, &h, r.buf + off, h.nbytes, r if off + h.nbytes == r.nbytes
-                       else NULL, False, p.ops.chunked):
+        q = p
+        if p.nlanes:
+            q = &p.lanes[p.next_lane]
+            p.next_lane = p.next_lane + 1 if p.next_lane + 1 < p.nlanes else 0
+        if not enqueue(E, q, &h, r.buf + off, h.nbytes, r, False, p.ops.chunked):
             if off:     # pieces already queued point into the buffer: drop the channel
                 peer_lost(E, p, E_PEER_LOST, b"out of memory queueing DATA")
             fail(E, r, E_PEER_LOST, p.rank)
@@ -451,6 +485,11 @@ cdef void send_data(eng_t *E, peer_t *p, req_t *r, uint64_t recv_id) noexcept no
         if off >= r.nbytes:
             break
     flush(E, p)
+    for k in range(p.nlanes):
+        if p.lost:
+            break
+        if p.lanes[k].txq != NULL:
+            flush(E, &p.lanes[k])
 
 
 # ---------------------------------------------------------------- posting
@@ -718,6 +757,7 @@ cdef void peer_lost(eng_t *E, peer_t *p, int err, const char *reason) noexcept n
     cdef req_t *nxt
     cdef umsg_t *u
     cdef umsg_t *un
+    p = main_of(p)                          # a lane lost is its peer lost
     if p.lost:
         return
     p.lost = err
@@ -748,6 +788,8 @@ cdef void peer_lost(eng_t *E, peer_t *p, int err, const char *reason) noexcept n
             fail(E, f.req, err, p.rank)
         free(f)
     p.held_tail = NULL
+    if p.nlanes:
+        tcp_drop_lanes(E, p, err)
     fail_list(E, &p.await_head, err, p.rank)
     if p.ops.disarm != NULL:
         r = p.rxact_head
@@ -791,6 +833,10 @@ cdef void handle_events(eng_t *E, epoll_event *evs, int n) noexcept nogil:
             p = &E.peers[rank]
             if not p.lost:
                 p.ops.on_event(E, p, evs[i].events)
+        elif kind == EV_LANE:               # (lane << 24) | rank
+            p = &E.peers[rank & 0xffffff]
+            if not p.lost and (rank >> 24) < p.nlanes:
+                tcp_on_event(E, &p.lanes[rank >> 24], evs[i].events)
         elif kind == EV_IO:                 # the channel set is ready: harvest it
             progress(E, True)
         elif kind == EV_DOORBELL:

@@ -97,6 +97,7 @@ cdef enum:
     EV_DOORBELL = 3
     EV_KICK = 4
     EV_IO = 5
+    EV_LANE = 6         # an extra TCP stream: (EV_LANE << 32) | (lane << 24) | rank
 
 # A reduce-receive's combine step: dst[i] = dst[i] OP src[i] for n elements
 # (any C function of this shape; the transport does not know what it computes).
@@ -288,6 +289,15 @@ cdef struct peer_t:
     bint in_rx          # inside tcp_rx (a reply's failed write must not read again)
     bint tx_broken      # a write failed (the peer is gone): read what it sent first, then lose it
     char abort_text[256]
+    bint bye_seen       # read a BYE here: read no more from this stream (others may still
+                        # bring DATA sent before it: closed once every stream said BYE)
+    # --- extra TCP streams (COMMRT_TCP_STREAMS, tcp.pxi): DATA pieces striped over them
+    peer_t *lanes       # on a main channel: nlanes lane structs, each a TCP stream of its own
+    int nlanes
+    int next_lane       # the lane the next DATA piece goes on
+    peer_t *main        # on a lane: its peer's main channel (NULL on a main channel)
+    int lane_ix         # on a lane: its index in main.lanes
+    int byes            # on a main channel: BYEs read on all its streams
     # --- queues
     frame_t *txq
     frame_t *txq_tail
@@ -318,6 +328,11 @@ cdef struct peer_t:
     uint64_t msgs_recv
     uint64_t hdr_sent
     uint64_t hdr_recv
+
+cdef inline peer_t *main_of(peer_t *p) noexcept nogil:
+    """A peer's channel, from the channel itself or from one of its lanes (tcp.pxi)."""
+    return p.main if p.main != NULL else p
+
 
 cdef struct poison_t:    # an aborted context: the first abort heard wins
     uint32_t ctx

@@ -6,10 +6,30 @@
 # machine: read a header (through a staging buffer, so many small messages
 # cost one recv), then its payload, straight into the matched receive buffer
 # when there is one and it is large.
+#
+# Extra streams (COMMRT_TCP_STREAMS > 1): a peer's channel may have lanes,
+# more TCP connections to the same peer, each a peer_t of its own for its
+# socket, send queue, frame numbering and receive state (main points back at
+# the peer's channel).  A lane carries only DATA (striped over the lanes a
+# piece at a time, see send_data) and a BYE.  Everything that matches --
+# EAGER, RTS, CTS, FIN, ABORT, credit, beats -- stays on the main connection,
+# so the order per (communicator, tag) is the main connection's, and a CTS
+# never waits in the kernel behind megabytes of DATA;
+# DATA names its receive (cookie) and its offset, so pieces may arrive in any
+# order on any stream.  A lane that fails loses the whole peer (peer_lost on
+# the main channel drops every lane with it).  A BYE goes on every stream,
+# behind that stream's DATA: the peer is closed once every stream said BYE.
 
 cdef enum:
     RXBUF_BYTES = 262144
     HDR_BYTES = 64
+
+
+cdef inline uint64_t tcp_tag(peer_t *p) noexcept nogil:
+    """The epoll tag of a stream: the peer's channel, or one of its lanes."""
+    if p.main != NULL:
+        return (<uint64_t>EV_LANE << 32) | (<uint64_t>p.lane_ix << 24) | <uint64_t>p.rank
+    return (<uint64_t>EV_PEER << 32) | <uint64_t>p.rank
 
 
 cdef void tcp_want_out(eng_t *E, peer_t *p, bint want) noexcept nogil:
@@ -17,7 +37,7 @@ cdef void tcp_want_out(eng_t *E, peer_t *p, bint want) noexcept nogil:
     cdef uint32_t mask = EPOLLIN | EPOLLRDHUP | (EPOLLOUT if want else 0)
     if p.in_epoll and mask != p.ev_mask:
         ev.events = mask
-        ev.data.u64 = (<uint64_t>EV_PEER << 32) | <uint64_t>p.rank
+        ev.data.u64 = tcp_tag(p)
         epoll_ctl(E.iofd, EPOLL_CTL_MOD, p.fd, &ev)
         p.ev_mask = mask
 
@@ -82,16 +102,21 @@ cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
     cdef hdr_t *h = &p.rx_hdr
     cdef req_t *r
     cdef umsg_t *u
+    cdef peer_t *m = main_of(p)             # matching and DATA's receives live there
     memcpy(h, p.rxbuf + p.rx_pos, HDR_BYTES)
     p.rx_pos += HDR_BYTES
     if h.magic != HDR_MAGIC or h.version != HDR_VERSION or h.opcode == 0 or h.opcode > OP_MAX \
             or h.opcode == OP_PAD or h.src != p.rank or h.seq != p.rx_seq:
         peer_lost(E, p, E_PEER_LOST, b"protocol error: bad frame header on TCP connection")
         return False
+    if p.main != NULL and h.opcode != OP_DATA and h.opcode != OP_BYE:
+        peer_lost(E, p, E_PEER_LOST, b"protocol error: a frame other than DATA or BYE on an "
+                                     b"extra TCP stream")
+        return False
     p.rx_seq += 1
     p.hdr_recv += HDR_BYTES
     if h.credit:
-        take_credit(E, p, h.credit)
+        take_credit(E, m, h.credit)
         if p.lost:
             return False
     p.rx_dst = NULL
@@ -135,7 +160,7 @@ cdef bint tcp_begin(eng_t *E, peer_t *p) noexcept nogil:
             p.rx_umsg = u
             p.rx_dst = u.data
     elif h.opcode == OP_DATA:
-        r = find_by_id(p.rxact_head, h.cookie)
+        r = find_by_id(m.rxact_head, h.cookie)
         if r == NULL or not span_fits(h.addr, h.nbytes, r.cap):
             peer_lost(E, p, E_PEER_LOST, b"protocol error: DATA for no active receive")
             return False
@@ -183,7 +208,7 @@ cdef void tcp_end(eng_t *E, peer_t *p) noexcept nogil:
     elif h.opcode == OP_DATA:
         r.moved += h.nbytes
         if r.moved >= r.nbytes:
-            dlist_remove(&p.rxact_head, r)
+            dlist_remove(&main_of(p).rxact_head, r)
             complete(E, r, E_NONE)
     elif h.opcode == OP_ABORT:
         p.abort_text[h.nbytes] = 0          # (at most ABORT_TEXT_MAX: checked in tcp_begin)
@@ -204,7 +229,7 @@ cdef void tcp_rx_loop(eng_t *E, peer_t *p, bint drained) noexcept nogil:
     cdef size_t have
     cdef size_t room
     cdef uint64_t take
-    while p.lost == 0:
+    while p.lost == 0 and not p.bye_seen:
         have = p.rx_end - p.rx_pos
         if p.rx_stage == 0:
             if have >= HDR_BYTES:
@@ -298,11 +323,14 @@ cdef void tcp_beat(eng_t *E, peer_t *p) noexcept nogil:
 
 
 cdef uint64_t tcp_heard(peer_t *p) noexcept nogil:
-    return p.rx_raw                         # every byte received, beats included
+    cdef uint64_t n = p.rx_raw              # every byte received, beats included
+    for k in range(p.nlanes):
+        n += p.lanes[k].rx_raw
+    return n
 
 
 cdef uint64_t tcp_memory(peer_t *p) noexcept nogil:
-    return RXBUF_BYTES
+    return RXBUF_BYTES * <uint64_t>(1 + p.nlanes)
 
 
 cdef uint64_t tcp_unsent(peer_t *p) noexcept nogil:
@@ -312,18 +340,54 @@ cdef uint64_t tcp_unsent(peer_t *p) noexcept nogil:
     waits for this to reach 0 first.  Acknowledged bytes are safe: a reset
     never discards what the peer's kernel holds for it to read."""
     cdef int n = 0
+    cdef uint64_t total = 0
+    for k in range(p.nlanes):
+        total += tcp_unsent(&p.lanes[k])
     if p.fd < 0 or ioctl(p.fd, SIOCOUTQ, &n) != 0 or n < 0:
-        return 0
-    return <uint64_t>n
+        return total
+    return total + <uint64_t>n
 
 
 cdef void tcp_release(peer_t *p) noexcept nogil:
+    cdef int k
     if p.fd >= 0:
         close(p.fd)
         p.fd = -1
     if p.rxbuf != NULL:
         free(p.rxbuf)
         p.rxbuf = NULL
+    if p.lanes != NULL:
+        for k in range(p.nlanes):
+            tcp_release(&p.lanes[k])
+        free(p.lanes)
+        p.lanes = NULL
+        p.nlanes = 0
+
+
+cdef void tcp_drop_lanes(eng_t *E, peer_t *p, int err) noexcept nogil:
+    """The peer is lost (peer_lost, on its main channel): stop every lane, and
+    fail what waits in their queues (DATA pieces of sends: each names its send)
+    and what they were receiving into."""
+    cdef peer_t *q
+    cdef frame_t *f
+    for k in range(p.nlanes):
+        q = &p.lanes[k]
+        q.lost = p.lost
+        if q.in_epoll:
+            epoll_ctl(E.iofd, EPOLL_CTL_DEL, q.fd, NULL)
+            q.in_epoll = False
+        while q.txq != NULL:
+            f = q.txq
+            q.txq = f.next
+            if f.req != NULL:
+                fail(E, f.req, err, p.rank)
+            if f.owns_payload:
+                free(f.payload)
+            free(f)
+        q.txq_tail = NULL
+        if q.rx_req != NULL:
+            fail(E, q.rx_req, err, p.rank)
+            q.rx_req = NULL
 
 
 cdef chan_ops_t TCP_OPS = chan_ops_t(

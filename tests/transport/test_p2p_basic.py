@@ -9,15 +9,18 @@ import p2p_ranks as R
 SIZES = [0, 1, 7, 64, 4096, 16320, 16384, 16385, 100_000, 1 << 20, 5 << 20 | 3]
 
 
-VARIANTS = {"": {}, "two-copy": {"COMMRT_CMA": "0"}, "single-copy": {"COMMRT_CMA_MIN_BYTES": "0"}}
+VARIANTS = {"": {}, "two-copy": {"COMMRT_CMA": "0"}, "single-copy": {"COMMRT_CMA_MIN_BYTES": "0"},
+            "streams": {"COMMRT_TCP_STREAMS": "3"}}
 
 
-@pytest.fixture(scope="module", params=["shm", "shm-two-copy", "shm-single-copy", "tcp"])
+@pytest.fixture(scope="module",
+                params=["shm", "shm-two-copy", "shm-single-copy", "tcp", "tcp-streams"])
 def world3(request):
     """Shared memory as configured by default (large messages below
     COMMRT_CMA_MIN_BYTES stream through the ring, larger ones copy once with
     process_vm_readv), without process_vm_readv at all, with it for every
-    large message, and TCP."""
+    large message, TCP, and TCP with three connections per pair (a large
+    message's DATA striped over them)."""
     transport, _, variant = request.param.partition("-")
     env = VARIANTS[variant]
     with World(3, transport=transport, env=env) as w:

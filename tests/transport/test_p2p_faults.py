@@ -21,10 +21,11 @@ def survivors(comm, nbytes):
     return R.die_mid_transfer(comm, nbytes)
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", "tcp", "tcp-streams"])
 @pytest.mark.parametrize("nbytes", [1000, 8 << 20])
 def test_survivors_see_peer_lost_within_deadline(transport, nbytes):
-    w = World(3, transport=transport).start()
+    transport, _, streams = transport.partition("-")
+    w = World(3, transport=transport, env={"COMMRT_TCP_STREAMS": "3"} if streams else {}).start()
     try:
         results = _run_without_rank(w, 2, survivors, nbytes)
     finally:

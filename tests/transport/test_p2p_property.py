@@ -18,12 +18,14 @@ SIZES = [0, 1, 3, 8, 100, 4096, 16383, 16384, 16385, 65536, 300_001, 1 << 20, 3 
 
 
 @pytest.fixture(scope="module", params=[(2, "shm"), (3, "shm"), (4, "shm"), (3, "shm-two-copy"),
-                                        (2, "tcp"), (4, "tcp")],
+                                        (2, "tcp"), (4, "tcp"), (3, "tcp-streams")],
                 ids=lambda p: f"{p[0]}-{p[1]}")
 def world(request):
     n, name = request.param
     transport, _, variant = name.partition("-")
-    with World(n, transport=transport, env={"COMMRT_CMA": "0"} if variant else {}) as w:
+    env = {"two": {"COMMRT_CMA": "0"}, "streams": {"COMMRT_TCP_STREAMS": "2"}}.get(
+        variant.split("-")[0], {})
+    with World(n, transport=transport, env=env) as w:
         yield w
 
 
