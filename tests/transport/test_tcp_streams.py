@@ -6,6 +6,7 @@ striped pairs: test_p2p_property's 3-tcp-streams world; every p2p case:
 test_p2p_basic's tcp-streams world; a rank killed mid-transfer:
 test_p2p_faults.)"""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -93,6 +94,10 @@ def test_close_right_after_a_send_still_delivers_it(monkeypatch):
         for r in recvs:
             r.wait(30)
         assert all(np.array_equal(x, y) for x, y in zip(bufs, want))
+        end = time.monotonic() + 10          # the BYEs may still be on their way
+        while b.peer_lost(0) is None and time.monotonic() < end:
+            b.progress()
+            time.sleep(0.01)
         assert b.peer_lost(0) is not None and "closed" in b.peer_lost(0)
     finally:
         a.close()
