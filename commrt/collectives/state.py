@@ -142,7 +142,7 @@ def entry(fn):
     (3.11, 3.12 with the GIL) never switches threads there: two threads
     cannot both see it free.  The same thread may enter again (a collective
     that calls another on its own communicator)."""
-    name = fn.__name__
+    name = fn.__name__.lstrip("_")      # the user's call: broadcast, not _broadcast
 
     @functools.wraps(fn)
     def entered(comm, *args, **kwargs):

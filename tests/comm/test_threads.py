@@ -25,6 +25,7 @@ def test_second_thread_gets_immediate_error_naming_both(world2, nbytes, kind):
         msg, took = err
         assert "'holder'" in msg and f"'{r0['me']}'" in msg, msg
         assert "one thread at a time" in msg
+        assert msg.startswith(("all_reduce" if what == "async" else what) + ":"), msg
         assert took < 1.0, (what, took)                         # at once, not after a wait
 
 
