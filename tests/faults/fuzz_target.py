@@ -56,25 +56,49 @@ def adopt(add, *args):
         return add(*args)
 
 
+def _tcp_pair():
+    """(our socket, the engine's end: non-blocking, TCP_NODELAY) over loopback."""
+    lst = socket.create_server(("127.0.0.1", 0))
+    ours = socket.create_connection(lst.getsockname())
+    theirs, _ = lst.accept()
+    lst.close()
+    theirs.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    theirs.setblocking(False)
+    return ours, theirs
+
+
 class TcpSlot:
-    def __init__(self, eng, rank):
+    """A TCP peer.  lane=True: the pair also has an extra stream (COMMRT_TCP_STREAMS),
+    and a case's bytes go on that stream, which may carry only DATA and BYE; the
+    set-up's frames and the engine's replies stay on the first connection."""
+
+    def __init__(self, eng, rank, lane=False):
         from wire import FrameReader
 
-        lst = socket.create_server(("127.0.0.1", 0))
-        self.sock = socket.create_connection(lst.getsockname())
-        server, _ = lst.accept()
-        lst.close()
-        server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        server.setblocking(False)
-        adopt(eng.add_tcp_peer, rank, server.fileno())
-        server.detach()
+        self.sock, server = _tcp_pair()
+        lanes = ()
+        self.lane = None
+        if lane:
+            self.lane, lane_end = _tcp_pair()
+            lanes = (lane_end,)
+        adopt(lambda *a: eng.add_tcp_peer(*a, lanes=tuple(x.fileno() for x in lanes)),
+              rank, server.fileno())
+        for x in (server, *lanes):
+            x.detach()
         self.reader = FrameReader(self.sock)
         self.rank = rank
 
     def write(self, blob, tail=None):
-        self.sock.settimeout(2.0)
+        self._send(self.sock, blob)
+
+    def write_case(self, blob, tail=None):
+        self._send(self.lane or self.sock, blob)
+
+    @staticmethod
+    def _send(sock, blob):
+        sock.settimeout(2.0)
         try:
-            self.sock.sendall(blob)
+            sock.sendall(blob)
         except OSError:
             pass                    # the engine stopped reading: it dropped us
 
@@ -120,6 +144,8 @@ class ShmSlot:
         self._u64(OFF_TAIL1, t + len(blob) if tail is None else tail)
         os.eventfd_write(self.doorbell, 1)
 
+    write_case = write
+
     def read(self, timeout=HARNESS_WAIT_S):
         """The next record the engine wrote to us (header fields, payload)."""
         from wire import OPCODES, SLOT, parse, record_len
@@ -149,7 +175,7 @@ def layout(kind, frames):
 
     out = bytearray()
     for hdr, payload in frames:
-        if kind == "tcp":
+        if kind != "shm":
             out += hdr + payload
         else:
             rec = bytearray(record_len(len(payload)))
@@ -168,8 +194,12 @@ class Target:
         # heartbeat_s=0: no heartbeat thread (its BEAT frames and silence checks
         # would land on the fuzzer's hand-played peers)
         self.eng = _core.Engine(0, self.size, eager_limit=16384, timeout=10.0, heartbeat_s=0)
-        make = TcpSlot if kind == "tcp" else ShmSlot
-        self.slots = {r: make(self.eng, r) for r in range(1, self.size)}
+        # "lane": TCP with an extra stream per slot (rank 1, the witness, has none)
+        if kind == "shm":
+            self.slots = {r: ShmSlot(self.eng, r) for r in range(1, self.size)}
+        else:
+            self.slots = {r: TcpSlot(self.eng, r, lane=kind == "lane" and r > 1)
+                          for r in range(1, self.size)}
         self.eng.start(progress_thread=True)
         self.next = 2
         self.witness_seq = 0
@@ -226,7 +256,7 @@ class Target:
         slot = self.slots[self.next]
         self.next += 1
         ids, reqs = self.prepare(slot)
-        seq = 1
+        seq = self.first_seq()
         frames, first = [], None
         for fields, payload in case["frames"]:
             values = {}
@@ -248,7 +278,7 @@ class Target:
         tail = case.get("tail")
         if tail is not None:            # a bogus tail: an offset from the real one
             tail = (tail + self._tail(slot)) % (1 << 64)
-        slot.write(bytes(blob), tail=tail)
+        slot.write_case(bytes(blob), tail=tail)
         self.settle(slot)
         v = self.verdict(slot, reqs)
         untouched = not case.get("flips") and case.get("cut") is None and tail is None
@@ -262,9 +292,16 @@ class Target:
         if h.get("magic", MAGIC) != MAGIC or h.get("version", VERSION) != VERSION:
             return True
         pad = h["opcode"] == OPCODES["PAD"]
-        if h["opcode"] not in OPCODES.values() or (self.kind == "tcp" and pad):
+        if h["opcode"] not in OPCODES.values() or (self.kind != "shm" and pad):
             return True
-        return not pad and (h["src"] != rank or h["seq"] != 1)
+        if self.kind == "lane" and h["opcode"] not in (OPCODES["DATA"], OPCODES["BYE"]):
+            return True                     # an extra stream carries only these
+        return not pad and (h["src"] != rank or h["seq"] != self.first_seq())
+
+    def first_seq(self):
+        """The sequence number the case's first frame must carry: the set-up sent
+        one frame (an RTS) on the slot's connection, none on its extra stream."""
+        return 0 if self.kind == "lane" else 1
 
     def _tail(self, slot):
         return slot._u64(OFF_TAIL1) if self.kind == "shm" else 0

@@ -1,6 +1,7 @@
 """Random and mutated frames fed to a real engine's TCP socket and shared-memory ring
 (the data plane after authentication), COMMRT_FUZZ_CASES cases per run split
-between the two (default 10^4).
+between the two (see commrt/config.py), and a sixth as many on an extra TCP
+stream of a pair (COMMRT_TCP_STREAMS), which may carry only DATA and BYE.
 
 Each case must end in one of two ways, never a crash or a hang: the engine
 takes the frames (as messages, truncation errors, an abort...) or it drops
@@ -162,16 +163,57 @@ def test_a_well_formed_abort_poisons_its_context(driver):
 
 
 def test_random_and_mutated_frames_are_refused_cleanly(driver):
+    _campaign(driver, CASES // 2)
+
+
+@pytest.fixture(scope="module")
+def lane_driver(tmp_path_factory):
+    d = Driver("lane", str(tmp_path_factory.mktemp("fuzz") / "engine.log"))
+    yield d
+    d.stop()
+
+
+@pytest.mark.parametrize("opcode", sorted(set(OP) - {"DATA", "BYE"}))
+def test_an_extra_tcp_stream_refuses_every_frame_but_data_and_bye(lane_driver, opcode):
+    """A pair's extra streams (COMMRT_TCP_STREAMS) carry only DATA and BYE: any
+    other frame there, well formed or not, drops the peer as a protocol error."""
+    fields = {"opcode": OP[opcode], "src": "$src", "seq": "$seq", "ctx": "$ctx", "tag": 5,
+              "nbytes": 4, "cookie": "$recv"}
+    v = lane_driver.run({"frames": [(fields, b"abcd")]})
+    why = "bad frame header" if opcode == "PAD" else "a frame other than DATA or BYE"
+    assert v["lost"] is not None and f"protocol error: {why}" in v["lost"], v
+    assert set(v["requests"].values()) == {"PeerLostError"}, v
+    assert v["witness"] == "ok" and not v["defects"], v
+
+
+def test_data_on_an_extra_tcp_stream_lands_in_its_receive(lane_driver):
+    """The striped half of a rendezvous: DATA for the receive the engine's CTS
+    named, on the extra stream, is taken (the control test of the one above)."""
+    fields = {"opcode": OP["DATA"], "src": "$src", "seq": "$seq", "ctx": "$ctx", "tag": 6,
+              "nbytes": 16, "cookie": "$recv", "addr": 0}
+    v = lane_driver.run({"frames": [(fields, b"\x5a" * 16)]})
+    assert v["lost"] is None and not v["defects"], v
+    assert v["witness"] == "ok", v
+
+
+def test_random_and_mutated_frames_on_an_extra_tcp_stream_are_refused_cleanly(lane_driver):
+    _campaign(lane_driver, CASES // 6)
+
+
+def _campaign(driver, ncases):
+    """ncases random, mutated and cut frames (in batches) through driver, each case
+    checked; COMMRT_FAULT_SEED replays the run."""
     kind = driver.kind
     start = driver.cases
 
     # BATCH cases per example: hypothesis's cost per example, not per case, dominates.
     # No shrinking: a crashing case costs a fresh engine process per try; the failing
     # case is printed whole, and COMMRT_FAULT_SEED replays the run.
-    @settings(max_examples=max(1, CASES // 2 // BATCH), deadline=None, database=None,
+    @settings(max_examples=max(1, ncases // BATCH), deadline=None, database=None,
               suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
     @seed(SEED)
-    @given(batch=st.lists(cases(kind), min_size=BATCH, max_size=BATCH))
+    @given(batch=st.lists(cases("tcp" if kind == "lane" else kind), min_size=BATCH,
+                          max_size=BATCH))
     @example(batch=EDGES)
     def some(batch):
         for i, case in enumerate(batch):
@@ -181,4 +223,4 @@ def test_random_and_mutated_frames_are_refused_cleanly(driver):
                 raise AssertionError(f"case {i} of the batch: {case}\n{exc}") from None
 
     some()
-    assert driver.cases - start >= CASES // 2 // BATCH * BATCH
+    assert driver.cases - start >= ncases // BATCH * BATCH
