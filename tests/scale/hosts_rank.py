@@ -18,6 +18,12 @@ from commrt.collectives import cost, registry
 COUNTS = (0, 1, 7, 1000, 65537)
 
 
+def say(*parts):
+    """One line in one write: ranks share their launcher's pipe, and an unbuffered
+    print writes each part apart, so two ranks' lines could interleave."""
+    os.write(1, (" ".join(map(str, parts)) + "\n").encode())
+
+
 def check_layout(comm, hosts):
     r, n = comm.rank, comm.size
     local = n // hosts
@@ -59,24 +65,26 @@ def main():
     if mode == "layout":
         p = check_layout(comm, int(sys.argv[2]))
         check_all_reduce(comm)
-        print("ok", r, comm.host_of(r), f"beta_net/beta={p.beta_net / p.beta:.1f}", flush=True)
+        say("ok", r, comm.host_of(r), f"beta_net/beta={p.beta_net / p.beta:.1f}")
     elif mode == "traffic":
         dev = sys.argv[2]
         before = tx_bytes(dev)
         x = np.ones(1 << 20, np.float32)  # 4 MiB
         C.all_reduce(comm, x, "SUM", "ring")
         assert np.all(x == comm.size)
-        print("ok", r, tx_bytes(dev) - before, flush=True)
+        # our last piece may still sit in our socket buffer when our all-reduce ends;
+        # the peer's barrier comes after it received every byte, so all have left
+        comm.barrier()
+        say("ok", r, tx_bytes(dev) - before)
     elif mode == "choice":
         picks = [cost.choose_allreduce(comm, k) for k in (8, 64 << 10, 16 << 20)]
         p = cost.params(comm)
-        print("ok", r, *picks, f"beta_net/beta={p.beta_net / p.beta:.0f}", flush=True)
+        say("ok", r, *picks, f"beta_net/beta={p.beta_net / p.beta:.0f}")
     else:
         x = np.full(3, r + 1, np.int64)
         C.all_reduce(comm, x)
         assert np.all(x == comm.size * (comm.size + 1) // 2), x
-        print("ok", r, comm.size, comm.host_of(r), os.environ.get("COMMRT_HOST_ID", "-"),
-              flush=True)
+        say("ok", r, comm.size, comm.host_of(r), os.environ.get("COMMRT_HOST_ID", "-"))
     comm.close()
 
 
