@@ -51,7 +51,8 @@ _BLAMES = (
 )
 _DRAIN_S = 1.0           # after the last rank exits, wait this long for its pipes to close
 _BLAME_WAIT_S = 0.5      # how long a lost peer's own exit may lag behind its victims'
-_ABORTER_WAIT_S = 5.0    # how long a rank that aborted the job may outlive its victims
+_ABORTER_WAIT_S = 10.0   # how long a rank that aborted the job may outlive its victims
+                         # (5 s was too short for a 1 s outliving at a load of 15)
 # A rank that reports an unresponsive peer which has not ended opens a window for the
 # other ranks' reports (a cut link makes ranks on both sides accuse each other, and the
 # ones cut off may report first): two heartbeats, as ranks check liveness once a beat
