@@ -99,15 +99,15 @@ def _copy(rank, where, off, src_where, src_off, nbytes):
 
 
 def _broadcast(n, r, sched, m, isz, root, hook):
-    return [_msgs(s, isz, BUF, BUF) for s in sched], None
+    # each receiver reads from its parent's buffer (broadcast/binomial.py)
+    return _copied_by(Channel.RECEIVER, [_msgs(s, isz, BUF, BUF) for s in sched]), None
 
 
 def _gather(n, r, sched, m, isz, root, hook):
     if r != root:
         return [_msgs(s, isz, BUF, IN) for s in sched], None
     # the senders write their blocks (gather/linear.py)
-    steps = [[msg + (0, 0, Channel.SENDER) if msg[0] == RECV else msg
-              for msg in _msgs(s, isz, BUF, IN)] for s in sched]
+    steps = _copied_by(Channel.SENDER, [_msgs(s, isz, BUF, IN) for s in sched])
     steps[0].insert(0, _copy(r, BUF, root * m * isz, IN, 0, m * isz))
     return steps, None
 
@@ -117,8 +117,7 @@ def _scatter(n, r, sched, m, isz, root, hook):
     if r == root:
         steps[0].insert(0, _copy(r, BUF, 0, IN, root * m * isz, m * isz))
     else:                           # the receiver copies its block (scatter/linear.py)
-        steps = [[msg + (0, 0, Channel.RECEIVER) if msg[0] == RECV else msg for msg in s]
-                 for s in steps]
+        steps = _copied_by(Channel.RECEIVER, steps)
     return steps, None
 
 
@@ -133,10 +132,17 @@ def _all_gather_bruck(n, r, sched, m, isz, root, hook):
 
 
 def _all_gather_out(n, r, sched, m, isz, root, hook):
-    """direct and ring: positions in out, one's own block copied in first."""
+    """ring: positions in out, one's own block copied in first."""
     steps = [_msgs(s, isz, BUF, BUF) for s in sched]
     steps[0].insert(0, _copy(r, BUF, r * m * isz, IN, 0, m * isz))
     return steps, None
+
+
+def _all_gather_direct(n, r, sched, m, isz, root, hook):
+    """As the ring's, each rank reading its blocks from the senders' inputs
+    (all_gather/direct.py)."""
+    steps, _ = _all_gather_out(n, r, sched, m, isz, root, hook)
+    return _copied_by(Channel.RECEIVER, steps), None
 
 
 def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
@@ -148,7 +154,8 @@ def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
 
 
 def _all_to_all(n, r, sched, m, isz, root, hook):
-    steps = [_msgs(s, isz, BUF, IN) for s in sched]
+    # each rank reads its blocks from its peers' buffers (all_to_all/pairwise.py)
+    steps = _copied_by(Channel.RECEIVER, [_msgs(s, isz, BUF, IN) for s in sched])
     steps[0].insert(0, _copy(r, BUF, r * m * isz, IN, r * m * isz, m * isz))
     return steps, None
 
@@ -159,19 +166,19 @@ def _reduce_binomial(n, r, sched, m, isz, root, hook):
     if not hook:
         return None, None
     if r == root:
-        return _sender_copies([_msgs(s, isz, BUF, BUF, hook) for s in sched]), None
+        return _copied_by(Channel.SENDER, [_msgs(s, isz, BUF, BUF, hook) for s in sched]), None
     if not any(msg.op == "combine" for s in sched for msg in s):
         return [_msgs(s, isz, BUF, IN) for s in sched], None
-    steps = _sender_copies([_msgs(s, isz, TMP, TMP, hook) for s in sched])
+    steps = _copied_by(Channel.SENDER, [_msgs(s, isz, TMP, TMP, hook) for s in sched])
     steps[0].insert(0, _copy(r, TMP, 0, IN, 0, m * isz))
     return steps, m * isz
 
 
-def _sender_copies(steps):
-    """Every receive of steps with copier SENDER (reduce/binomial.py: a tree's
-    combines stream, its senders' cores copying)."""
-    return [[msg + (0, 0, Channel.SENDER) if msg[0] == RECV else msg for msg in s]
-            for s in steps]
+def _copied_by(copier, steps):
+    """Every receive of steps with this copier (Channel.irecv's): SENDER for a
+    tree's combines (reduce/binomial.py: they stream, the senders' cores
+    copying), RECEIVER where every rank reads its own blocks."""
+    return [[msg + (0, 0, copier) if msg[0] == RECV else msg for msg in s] for s in steps]
 
 
 def prepare_all_reduce(comm, st, key, buf, op, red):
@@ -212,7 +219,7 @@ def prepare_all_reduce(comm, st, key, buf, op, red):
 
 LAYOUTS = {("broadcast", "binomial"): _broadcast, ("gather", "linear"): _gather,
            ("scatter", "linear"): _scatter, ("all_gather", "bruck"): _all_gather_bruck,
-           ("all_gather", "direct"): _all_gather_out, ("all_gather", "ring"): _all_gather_out,
+           ("all_gather", "direct"): _all_gather_direct, ("all_gather", "ring"): _all_gather_out,
            ("reduce_scatter", "direct"): _reduce_scatter_direct,
            ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial}
 

@@ -10,6 +10,7 @@ without its sender being scheduled.
 Cost: α_busy + (N-2)·α + (N-1)/N·K·β.  Bytes sent per rank: (N-1)·|block|.
 """
 from commrt.collectives.registry import Msg
+from commrt.comm import Channel
 
 TIE = 2
 
@@ -38,7 +39,7 @@ def run(call, out, buf):
     rvs = []
     for k in range(1, n):
         q = (r - k) % n
-        rvs.append(call.irecv(out[q * m:(q + 1) * m], q))
+        rvs.append(call.irecv(out[q * m:(q + 1) * m], q, Channel.RECEIVER))
     for k in range(1, n):
         call.isend(buf, (r + k) % n)
     call.waitall(rvs)

@@ -2,11 +2,15 @@
 
 Post the N-1 receives (block from rank q into out[q]), then send block r+k
 to rank r+k for k = 1 .. N-1 (staggered so that no rank is every rank's
-first target), and copy one's own block.
+first target), and copy one's own block.  Every rank reads its blocks from
+its peers' buffers (Call.irecv's copier RECEIVER): over shared memory one
+copy per block, each on its receiver's core, where streaming through a ring
+would cost every core two copies per block (it sends as much as it receives).
 Cost: (N-1)·(α + |block|·β), the messages in flight together.
 Bytes sent per rank: (N-1)·|block|.
 """
 from commrt.collectives.registry import Msg
+from commrt.comm import Channel
 
 
 def cost(n, nbytes, p, comm=None):
@@ -26,7 +30,7 @@ def schedule(n, rank, count, root=0):
 def run(call, out, buf):
     n, r = call.size, call.rank
     m = buf.size // n
-    rvs = [call.irecv(out[q * m:(q + 1) * m], q) for q in range(n) if q != r]
+    rvs = [call.irecv(out[q * m:(q + 1) * m], q, Channel.RECEIVER) for q in range(n) if q != r]
     for k in range(1, n):
         q = (r + k) % n
         call.isend(buf[q * m:(q + 1) * m], q)
