@@ -3,7 +3,7 @@
     python -m commrt.bench collectives [--kinds broadcast,reduce,...|all]
         [--nranks 2,3,4,8] [--sizes 8,1K,64K,1M,16M,64M] [--algos auto|all|a,b]
         [--transport shm|tcp] [--rounds 3] [--peers] [--plot-dir docs/img]
-        [--markdown out.md] [--json out.json] [--counts]
+        [--markdown out.md] [--json out.json] [--counts] [--fresh-inputs]
 
 For every world size, each round launches every backend once (commrt, with
 ``--peers`` mpi4py on OpenMPI with its default single-copy (CMA) and with it
@@ -23,7 +23,10 @@ line per system, a panel per N); ``--markdown`` the tables as Markdown
 (docs/performance-collectives.md).  ``--counts`` adds a table of what a
 call cost each system's busiest rank (user and system CPU µs, voluntary and
 involuntary context switches per call, medians of the rounds; ``_coll``):
-where ranks outnumber cores, how the waiters share them.  ``allreduce`` and
+where ranks outnumber cores, how the waiters share them.  ``--fresh-inputs``
+writes the input before every call (timed apart, ``_coll``): without it a
+single-copy read finds the peer's unchanged input in its own cache, which
+flatters single-copy paths (commrt's and OpenMPI's alike).  ``allreduce`` and
 the per-collective benchmark names run this with one collective.
 """
 import argparse
@@ -71,7 +74,7 @@ def collect(args, log, counts=None):
     for n in args.nranks:
         per = data.setdefault(n, {k: {} for k in args.kinds})
         spec = {"kinds": args.kinds, "sizes": args.sizes, "target_s": args.target_s,
-                "slices": args.slices, "counts": counts is not None}
+                "slices": args.slices, "counts": counts is not None, "fresh": args.fresh_inputs}
         mine = dict(spec, algos={k: algorithms(k, args.algos) for k in args.kinds})
         theirs = dict(spec, algos={k: ["default"] for k in args.kinds})
         jobs = [("commrt", lambda n=n: _peers.run_commrt(n, mine, args.transport, args.timeout))]
@@ -280,6 +283,8 @@ def parse_args(argv, kinds=None):
     p.add_argument("--json", help="write the raw times here")
     p.add_argument("--counts", action="store_true",
                    help="also CPU time and context switches per call (getrusage)")
+    p.add_argument("--fresh-inputs", action="store_true",
+                   help="write the input before every call (timed apart), as training does")
     args = p.parse_args(argv)
     args.kinds = list(KINDS) if args.kinds == "all" else args.kinds.split(",")
     bad = [k for k in args.kinds if k not in KINDS]

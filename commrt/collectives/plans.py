@@ -99,8 +99,7 @@ def _copy(rank, where, off, src_where, src_off, nbytes):
 
 
 def _broadcast(n, r, sched, m, isz, root, hook):
-    # each receiver reads from its parent's buffer (broadcast/binomial.py)
-    return _copied_by(Channel.RECEIVER, [_msgs(s, isz, BUF, BUF) for s in sched]), None
+    return [_msgs(s, isz, BUF, BUF) for s in sched], None
 
 
 def _gather(n, r, sched, m, isz, root, hook):

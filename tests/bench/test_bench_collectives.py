@@ -19,6 +19,41 @@ def test_every_collective_runs_checked_in_one_launch():
     assert all(row["time_s"] > 0 for row in res["rows"])
 
 
+@pytest.mark.timeout(300)
+def test_fresh_inputs_run_checked_in_one_launch():
+    spec = {"kinds": ["all_to_all", "barrier", "all_reduce"], "sizes": [4096],
+            "target_s": 0.001, "slices": 1, "fresh": True,
+            "algos": {k: ["auto"] for k in _coll.KINDS}}
+    res = _peers.run_commrt(2, spec, "shm", 120)
+    assert {(row["kind"], row["bytes"]) for row in res["rows"]} == {
+        ("all_to_all", 4096), ("barrier", 0), ("all_reduce", 4096)}
+    assert all(row["time_s"] > 0 for row in res["rows"])
+
+
+def test_fresh_inputs_write_every_call_and_leave_the_writes_out(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(_coll.time, "perf_counter", lambda: clock[0])
+
+    class Buf:
+        writes = []
+
+        def fill(self, v):
+            self.writes.append(v)
+            clock[0] += 5.0           # writing the input: not the collective's time
+
+    class Ops:
+        calls = 0
+
+        def run(self, kind, algo, out, buf):
+            assert len(buf.writes) == self.calls + 1      # written before each call
+            self.calls += 1
+            clock[0] += 1.0
+
+    ops, buf = Ops(), Buf()
+    assert _coll._timed_fresh(ops, "all_to_all", "auto", None, buf, 10, 0.0) == 10.0
+    assert ops.calls == 10 and buf.writes == [i & 7 for i in range(10)]
+
+
 def test_report_ratios_take_the_better_openmpi():
     args = types.SimpleNamespace(kinds=["broadcast", "barrier"], sizes=[8], rounds=3,
                                  transport="shm")

@@ -56,16 +56,15 @@ def test_planned_sends_the_general_paths_messages(world, kind):
 @pytest.mark.parametrize("env", [{}, {"COMMRT_CMA": "0"}], ids=["single-copy", "two-copy"])
 def test_large_blocks_on_both_copy_paths(env):
     """A gather's root has its senders write their blocks; a scatter's,
-    broadcast's, all-to-all's and direct all-gather's receivers read theirs
-    (Channel.irecv's copier), on the plan and the general path; without
-    process_vm_readv/writev (COMMRT_CMA=0) all stream through the ring as
-    before.  Every output is checked against NumPy."""
+    all-to-all's and direct all-gather's receivers read theirs (Channel.irecv's
+    copier: 3 ranks share 2 cores here, where a receiver reads at any size),
+    on the plan and the general path; without process_vm_readv/writev
+    (COMMRT_CMA=0) all stream through the ring as before.  Every output is
+    checked against NumPy."""
     with World(3, transport="shm", env={**ENV, **env}, timeout=120) as w:
-        # 1.2 MB blocks (a broadcast's 400 KB: binomial, whose plan reads them)
-        for kind in ("gather", "scatter", "broadcast", "all_to_all", "all_gather"):
+        for kind in ("gather", "scatter", "all_to_all", "all_gather"):   # 1.2 MB blocks
             for root in (0, 2):
-                n = 100_000 if kind == "broadcast" else 300_000
-                res = w.run(P.same_results, kind, n, "float32", "SUM", root)
+                res = w.run(P.same_results, kind, 300_000, "float32", "SUM", root)
                 for r, (planned, general, has_plan) in enumerate(res):
                     assert planned == general and has_plan, (kind, root, r)
 

@@ -2,19 +2,13 @@
 
 Relative rank v = (r - root) mod N.  A rank receives the whole buffer from
 v - lowbit(v), then sends it to v + 2^k for each 2^k below lowbit(v) (the
-root: below N), largest first.  A receiver copies the buffer itself
-(Call.irecv's copier RECEIVER): over shared memory it reads straight from
-its parent's buffer at any size, one copy on its own core, where the
-transport would otherwise stream a message below its single-copy threshold
-through a ring (two copies, one of them on the parent's core, which has
-other children to serve).
+root: below N), largest first.
 Cost: ceil(log2 N)·(α + K·β).  Bytes: the root sends ceil(log2 N)·K at
 most; every other rank receives K once.
 """
 import math
 
 from commrt.collectives.registry import Msg
-from commrt.comm import Channel
 
 TIE = 0
 
@@ -51,7 +45,7 @@ def run(call, buf, root):
     mask = 1
     while mask < n:
         if v & mask:
-            call.recv(buf, (r - mask) % n, Channel.RECEIVER)
+            call.recv(buf, (r - mask) % n)
             break
         mask <<= 1
     mask >>= 1
