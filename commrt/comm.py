@@ -63,10 +63,13 @@ class Channel:
                                    a shared-memory peer's large message, where the
                                    OS permits: 0 the transport's choice, RECEIVER
                                    this rank, from the sender's buffer, at any size
-                                   (a scatter's receivers: the root's core copies
-                                   nothing for them), SENDER the sender, into buf
-                                   (a gather's root: its core copies only its own
-                                   block); the same message either way)
+                                   where ranks share cores (a scatter's receivers:
+                                   the root's core copies nothing for them), SENDER
+                                   the sender, into buf (a gather's root: its core
+                                   copies only its own block), EXCHANGE as RECEIVER
+                                   and with a core per rank from a quarter of the
+                                   single-copy threshold up (half of an exchange:
+                                   an all-to-all's); the same message either way)
         irecv_reduce(buf, src, tag, meta, hook, meta2, copier=0) -> Request
                                    a receive that combines the message into buf as
                                    it lands with the C loop at hook, and only the
@@ -108,7 +111,7 @@ class Channel:
     def isend(self, buf, dst, tag, meta=0, meta2=0):
         return self._coll.isend(buf, dst, tag, meta=meta, meta2=meta2)
 
-    RECEIVER, SENDER = 1, 2         # irecv's copier (transport Engine.irecv)
+    RECEIVER, SENDER, EXCHANGE = 1, 2, 3    # irecv's copier (transport Engine.irecv)
 
     def irecv(self, buf, src, tag, copier=0):
         if copier:
@@ -228,7 +231,8 @@ class Communicator:
 
     def _irecv_copier(self, buf, src, tag, copier):
         """irecv saying which process copies a large shared-memory message
-        (transport Engine.irecv's copier: 1 this rank, 2 the sender)."""
+        (transport Engine.irecv's copier: 1 this rank, 2 the sender, 3 this rank in an
+        exchange)."""
         return self._engine.irecv(buf, self._src(src), self._ctx, tag, self._rank_of, copier)
 
     def _irecv_reduce(self, buf, src, tag, meta, hook, meta2=0, copier=0):

@@ -131,17 +131,11 @@ def _all_gather_bruck(n, r, sched, m, isz, root, hook):
 
 
 def _all_gather_out(n, r, sched, m, isz, root, hook):
-    """ring: positions in out, one's own block copied in first."""
-    steps = [_msgs(s, isz, BUF, BUF) for s in sched]
+    """direct and ring: positions in out, one's own block copied in first; each
+    receive half of an exchange (all_gather/ring.py, direct.py)."""
+    steps = _copied_by(Channel.EXCHANGE, [_msgs(s, isz, BUF, BUF) for s in sched])
     steps[0].insert(0, _copy(r, BUF, r * m * isz, IN, 0, m * isz))
     return steps, None
-
-
-def _all_gather_direct(n, r, sched, m, isz, root, hook):
-    """As the ring's, each rank reading its blocks from the senders' inputs
-    (all_gather/direct.py)."""
-    steps, _ = _all_gather_out(n, r, sched, m, isz, root, hook)
-    return _copied_by(Channel.RECEIVER, steps), None
 
 
 def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
@@ -153,8 +147,8 @@ def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
 
 
 def _all_to_all(n, r, sched, m, isz, root, hook):
-    # each rank reads its blocks from its peers' buffers (all_to_all/pairwise.py)
-    steps = _copied_by(Channel.RECEIVER, [_msgs(s, isz, BUF, IN) for s in sched])
+    # each receive half of an exchange (all_to_all/pairwise.py)
+    steps = _copied_by(Channel.EXCHANGE, [_msgs(s, isz, BUF, IN) for s in sched])
     steps[0].insert(0, _copy(r, BUF, r * m * isz, IN, r * m * isz, m * isz))
     return steps, None
 
@@ -176,7 +170,7 @@ def _reduce_binomial(n, r, sched, m, isz, root, hook):
 def _copied_by(copier, steps):
     """Every receive of steps with this copier (Channel.irecv's): SENDER for a
     tree's combines (reduce/binomial.py: they stream, the senders' cores
-    copying), RECEIVER where every rank reads its own blocks."""
+    copying), RECEIVER or EXCHANGE where every rank reads its own blocks."""
     return [[msg + (0, 0, copier) if msg[0] == RECV else msg for msg in s] for s in steps]
 
 
@@ -218,7 +212,7 @@ def prepare_all_reduce(comm, st, key, buf, op, red):
 
 LAYOUTS = {("broadcast", "binomial"): _broadcast, ("gather", "linear"): _gather,
            ("scatter", "linear"): _scatter, ("all_gather", "bruck"): _all_gather_bruck,
-           ("all_gather", "direct"): _all_gather_direct, ("all_gather", "ring"): _all_gather_out,
+           ("all_gather", "direct"): _all_gather_out, ("all_gather", "ring"): _all_gather_out,
            ("reduce_scatter", "direct"): _reduce_scatter_direct,
            ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial}
 

@@ -185,6 +185,7 @@ cdef class Request:
 
 COPY_BY_RECEIVER = COPIER_RECEIVER    # irecv(copier=...): who copies a large shm message
 COPY_BY_SENDER = COPIER_SENDER
+COPY_IN_EXCHANGE = COPIER_EXCHANGE
 
 
 cdef class Engine:
@@ -519,15 +520,19 @@ cdef class Engine:
         process_vm_readv/writev are permitted: 0 the transport's choice
         (streamed through the ring below COMMRT_CMA_MIN_BYTES, both cores
         copying; read by this rank from there up), COPIER_RECEIVER (1) this
-        rank reads it from the sender's buffer at any size, COPIER_SENDER (2)
-        the sender writes it into buf.  Other channels ignore it."""
+        rank reads it from the sender's buffer at any size where ranks share
+        cores, COPIER_SENDER (2) the sender writes it into buf,
+        COPIER_EXCHANGE (3) as 1, and with a core per rank from a quarter of
+        COMMRT_CMA_MIN_BYTES up (this receive is half of an exchange: the
+        rank's core also streams what it sends).  Other channels ignore it."""
         if src != -1:
             self._check_rank(src, "src")
         if tag < -1:
             raise ValueError(f"tag must be >= 0 or ANY_TAG, got {tag}")
         q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
-        if copier not in (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER):
-            raise ValueError(f"copier must be 0, 1 (receiver) or 2 (sender), got {copier}")
+        if copier not in (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER, COPIER_EXCHANGE):
+            raise ValueError(f"copier must be 0, 1 (receiver), 2 (sender) or 3 (exchange), "
+                             f"got {copier}")
         q.r.copier = copier
         self._post(q, True)
         return q
@@ -550,8 +555,9 @@ cdef class Engine:
         self._check_rank(src, "src")
         if tag < 0:
             raise ValueError(f"tag must be >= 0, got {tag}")
-        if copier not in (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER):
-            raise ValueError(f"copier must be 0, 1 (receiver) or 2 (sender), got {copier}")
+        if copier not in (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER, COPIER_EXCHANGE):
+            raise ValueError(f"copier must be 0, 1 (receiver), 2 (sender) or 3 (exchange), "
+                             f"got {copier}")
         q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
         q.r.copier = copier
         self._arm_reduce(q, meta, hook, itemsize, meta2)

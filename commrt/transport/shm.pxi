@@ -20,7 +20,8 @@
 #
 # Who copies is the receive's choice (req_t.copier) where the layer above
 # knows better than the size: COPIER_RECEIVER reads with process_vm_readv at
-# any size; COPIER_SENDER has the sender write with process_vm_writev (a
+# any size where ranks share cores, COPIER_EXCHANGE also from cma_min / 4 up
+# with a core each (read_early); COPIER_SENDER has the sender write with process_vm_writev (a
 # gather's root: its core then copies only its own block while the senders
 # write theirs).  A push must never land once the receive has failed (its
 # buffer may be freed and reused), so it goes through a push slot in the
@@ -398,6 +399,21 @@ cdef void shm_disarm(eng_t *E, peer_t *p, req_t *r) noexcept nogil:
         cpu_relax()
 
 
+cdef inline bint read_early(eng_t *E, req_t *r, uint64_t nbytes) noexcept nogil:
+    """Whether a receive reads a message below cma_min: where ranks share cores
+    when its copier is the receiver (a stream cannot use two cores at once
+    then), and with a core per rank too from cma_min / 4 up when it is half
+    of an exchange (its core also streams what it sends: a stream costs it
+    two copies per byte, a read one).  A one-way stream of freshly written
+    data pipelines over two cores and wins below cma_min (a broadcast of
+    1 MiB at N = 2: 88 us streamed, 128 read); an exchange's from 512 KiB
+    blocks (all-to-all 1 MiB at N = 2: 85 streamed, 69 read; 128 KiB: 9.5
+    and 10.3)."""
+    if r.copier == COPIER_EXCHANGE:
+        return E.oversub or nbytes >= E.cma_min // 4
+    return r.copier == COPIER_RECEIVER and E.oversub
+
+
 cdef bint shm_pull(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     """A matched RTS: copy (or combine) straight from the sender's buffer with
     process_vm_readv and answer FIN, or have the sender write it (COPIER_SENDER,
@@ -405,10 +421,7 @@ cdef bint shm_pull(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     whose copier is the sender, where ranks have a core each, always (the
     sender's core then copies while ours combines: a binomial reduce of 16 MiB
     at N = 2 took 1220 us streamed, 1640 read and combined here).  Read from
-    cma_min up, or at any size for a receive whose copier is the receiver
-    where ranks share cores (a stream cannot use two cores at once then); with
-    a core each, a stream of freshly written data pipelines over both and wins
-    below cma_min (a broadcast of 1 MiB at N = 2: 88 us streamed, 128 read)."""
+    cma_min up, or below where the receive's copier says so (read_early)."""
     cdef int rc
     cdef uint64_t done = 0
     if r.copier == COPIER_SENDER and p.cma_ok:
@@ -417,7 +430,7 @@ cdef bint shm_pull(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
                 return True
         elif not E.oversub:
             return False                    # stream: the sender's core copies, ours combines
-    if not p.cma_ok or (h.nbytes < E.cma_min and not (r.copier == COPIER_RECEIVER and E.oversub)):
+    if not p.cma_ok or (h.nbytes < E.cma_min and not read_early(E, r, h.nbytes)):
         return False
     if r.hook != NULL:
         rc = cma_combine(E, p, r, h.addr, h.nbytes, &done)

@@ -39,6 +39,7 @@ cdef enum:
     COPIER_AUTO = 0
     COPIER_RECEIVER = 1
     COPIER_SENDER = 2
+    COPIER_EXCHANGE = 3
 
 cdef enum:
     OP_EAGER = 1
@@ -154,7 +155,11 @@ cdef struct req_t:
     # has other copies to make; the transport alone would stream it through
     # the ring below cma_min, both cores copying):
     #   COPIER_RECEIVER: this rank reads it from the sender's buffer whatever
-    #     its size (a scatter's receivers: the root's core copies nothing for them)
+    #     its size where ranks share cores (a scatter's receivers: the root's
+    #     core copies nothing for them)
+    #   COPIER_EXCHANGE: the same, and with a core per rank from cma_min / 4
+    #     up: half of an exchange, in which this rank's core also streams what
+    #     it sends (an all-to-all's, an all-gather's receives)
     #   COPIER_SENDER: the sender writes it into this buffer (a gather's root:
     #     its core copies only its own block, the senders theirs), shm.pxi's
     #     push slots keeping the write from ever landing after the receive failed;

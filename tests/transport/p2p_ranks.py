@@ -369,7 +369,8 @@ def wait_without_spinning(comm):
 
 def copier_receive(comm, sizes):
     """Rank 0 sends each size three times on the collectives' channel; rank 1
-    receives it with copier 0 (the transport's choice), RECEIVER and SENDER.
+    receives it with copier 0 (the transport's choice), RECEIVER, SENDER and
+    EXCHANGE.
     Rank 1 returns, per size and copier, whether the bytes are right and how
     many header bytes came from rank 0 for it (a streamed message brings a
     DATA record per chunk; one rank 1 reads brings its RTS, one rank 0 writes
@@ -378,8 +379,8 @@ def copier_receive(comm, sizes):
     go = np.zeros(0, np.uint8)
     out = []
     for i, n in enumerate(sizes):
-        for copier in (0, ch.RECEIVER, ch.SENDER):
-            tag = 3 * i + copier
+        for copier in (0, ch.RECEIVER, ch.SENDER, ch.EXCHANGE):
+            tag = 4 * i + copier
             if comm.rank == 0:
                 ch.irecv(go, 1, 1000 + tag).wait(30)     # rank 1 has taken its snapshot
                 ch.isend(payload(0, 1, tag, n, np.uint8), 1, tag).wait(30)

@@ -6,9 +6,9 @@ k = 1 .. N-1, so no rank is everyone's first target).  One round instead of
 the ring's N-1 dependent steps: where a rank must wait for a context switch
 before it can forward (ranks outnumber cores), that wait is paid once; on
 shared memory its receiver reads each block with process_vm_readv (copier
-RECEIVER: at any size beyond the eager limit, ranks sharing cores), without
-its sender being scheduled (N = 4 on 2 cores, 1 MiB of freshly written
-blocks: 385 -> 335 us).
+EXCHANGE: at any size beyond the eager limit where ranks share cores),
+without its sender being scheduled (N = 4 on 2 cores, 1 MiB of freshly
+written blocks: 385 -> 335 us).
 Cost: α_busy + (N-2)·α + (N-1)/N·K·β.  Bytes sent per rank: (N-1)·|block|.
 """
 from commrt.collectives.registry import Msg
@@ -41,7 +41,7 @@ def run(call, out, buf):
     rvs = []
     for k in range(1, n):
         q = (r - k) % n
-        rvs.append(call.irecv(out[q * m:(q + 1) * m], q, Channel.RECEIVER))
+        rvs.append(call.irecv(out[q * m:(q + 1) * m], q, Channel.EXCHANGE))
     for k in range(1, n):
         call.isend(buf, (r + k) % n)
     call.waitall(rvs)

@@ -3,10 +3,11 @@
 Post the N-1 receives (block from rank q into out[q]), then send block r+k
 to rank r+k for k = 1 .. N-1 (staggered so that no rank is every rank's
 first target), and copy one's own block.  Every rank reads its blocks from
-its peers' buffers where ranks share cores (Call.irecv's copier RECEIVER):
-over shared memory one copy per block, on its receiver's core, where a
-stream through a ring costs two copies on cores that also send (at N = 4 on
-2 cores, 1 MiB of freshly written blocks: 487 -> 424 us).
+its peers' buffers (Call.irecv's copier EXCHANGE: where ranks share cores,
+and with a core each from 512 KiB blocks): over shared memory one copy per
+block, on its receiver's core, where a stream through a ring costs two on
+cores that also send (freshly written blocks, 1 MiB: N = 4 on 2 cores 487
+-> 424 us, N = 2 85 -> 69 us).
 Cost: (N-1)·(α + |block|·β), the messages in flight together.
 Bytes sent per rank: (N-1)·|block|.
 """
@@ -31,7 +32,7 @@ def schedule(n, rank, count, root=0):
 def run(call, out, buf):
     n, r = call.size, call.rank
     m = buf.size // n
-    rvs = [call.irecv(out[q * m:(q + 1) * m], q, Channel.RECEIVER) for q in range(n) if q != r]
+    rvs = [call.irecv(out[q * m:(q + 1) * m], q, Channel.EXCHANGE) for q in range(n) if q != r]
     for k in range(1, n):
         q = (r + k) % n
         call.isend(buf[q * m:(q + 1) * m], q)
