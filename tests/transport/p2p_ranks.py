@@ -55,7 +55,7 @@ def run_schedule(comm, schedule, wildcard):
         _, dst, tag, nbytes, dti, blocking, _ = m
         data = payload(me, dst, i, nbytes, DTYPES[dti])
         if blocking:
-            comm.send(data, dst, tag)
+            comm.send(data, dst, tag, timeout=30)
         else:
             sends.append((data, comm.isend(data, dst, tag)))
     received_later = []

@@ -44,15 +44,25 @@ def normalise(schedule, wildcard=False):
     (A wildcard receive takes whatever arrives first, one's own messages
     included, so the receive pre-posted "for" a blocking send may be gone by
     the time it arrives; two ranks each blocked sending a large message the
-    other has no receive left for is a deadlock by MPI's rules, not a bug.)"""
-    out, deferred = [], set()
+    other has no receive left for is a deadlock by MPI's rules, not a bug.
+    So with wildcards a blocking send goes only to oneself, on a rank that
+    pre-posts every receive: one is then always free for it.)"""
+    deferred = set()
+    posted = []
     for src, dst, tag, nbytes, dti, blocking, preposted in schedule:
-        item = np.dtype(R.DTYPES[dti]).itemsize
         stream = (src, dst, tag)
         preposted = preposted and stream not in deferred
         if not preposted:
             deferred.add(stream)
-        blocking = blocking and preposted and (not wildcard or src == dst)
+        posted.append(preposted)
+    # with wildcards a peer's message may take the receive pre-posted for one's
+    # own: a blocking send to oneself is safe only on a rank whose receives are
+    # all pre-posted (else it may wait for a receive posted after it returns)
+    late = {dst for (_, dst, *_), p in zip(schedule, posted) if not p}
+    out = []
+    for (src, dst, tag, nbytes, dti, blocking, _), preposted in zip(schedule, posted):
+        item = np.dtype(R.DTYPES[dti]).itemsize
+        blocking = blocking and preposted and (not wildcard or (src == dst and dst not in late))
         out.append((src, dst, tag, nbytes - nbytes % item, dti, blocking, preposted))
     return out
 
