@@ -6,7 +6,9 @@
 
 Every round runs the backends in turn (commrt, then gloo), each in its own
 world of N ranks (file:// init), so a burst of load from other jobs hits both
-alike; each number is the median over rounds of the slowest rank's median
+alike (a gloo job whose ranks abort as they end, a gloo fault seen at times
+here, runs again up to twice; commrt's never); each number is the median over
+rounds of the slowest rank's median
 time per call (float32 tensors on the CPU, blocking calls).  Also measured
 on commrt, in the same run: the native commrt all-reduce of the same 8 bytes
 (``native``) and torch's dispatch into a do-nothing Python process group
@@ -48,6 +50,24 @@ def run_backend(backend, n, spec, timeout):
         return _launch._read_results(tmp, n, backend)[0]
 
 
+GLOO_TRIES = 3      # gloo's ranks at times abort as they end ("terminate called
+                    # without an active exception"): its job runs again, commrt's never
+
+
+def _run_round(backend, n, spec, timeout, log):
+    """One backend's job of a round, its results or None (logged)."""
+    tries = GLOO_TRIES if backend == "gloo" else 1
+    for attempt in range(1, tries + 1):
+        try:
+            return run_backend(backend, n, spec, timeout)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            if attempt == tries:
+                log(f"  {backend} failed: {exc}")
+                return None
+            log(f"  {backend}'s job ended badly ({str(exc).splitlines()[0]}); "
+                f"running it again ({attempt + 1}/{tries})")
+
+
 def collect(args, log):
     """{n: {(backend, kind): {bytes: [time per round]}}}"""
     data = {}
@@ -58,10 +78,8 @@ def collect(args, log):
         for rnd in range(args.rounds):
             for backend in BACKENDS:
                 log(f"N={n} round {rnd + 1}/{args.rounds}: {backend}")
-                try:
-                    res = run_backend(backend, n, spec, args.timeout)
-                except Exception as exc:  # noqa: BLE001 - report and go on
-                    log(f"  {backend} failed: {exc}")
+                res = _run_round(backend, n, spec, args.timeout, log)
+                if res is None:
                     continue
                 for row in res["rows"]:
                     per.setdefault((backend, row["kind"]), {}).setdefault(

@@ -19,7 +19,9 @@ def test_bench_torch_runs_both_backends_and_prints_the_targets(tmp_path):
                           "--timeout", "300", "--json", str(tmp_path / "b.json")],
                          capture_output=True, text=True, timeout=360)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "failed" not in out.stderr, out.stderr
+    # commrt's job never failed, nor gloo's last try (gloo's ranks at times abort as
+    # they end: its job runs again, and says so)
+    assert not re.search(r"^\s+(commrt|gloo) failed", out.stderr, re.M), out.stderr
     lines = out.stdout.splitlines()
     row = next(ln for ln in lines if ln.startswith("1 MiB"))
     assert "n/a" not in row, row                      # both backends, both bandwidths

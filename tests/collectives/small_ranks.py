@@ -117,8 +117,10 @@ def dead_peer(comm, outdir):
         err = None
     except PeerLostError as exc:
         err = str(exc)
-    with open(os.path.join(outdir, f"{comm.rank}.json"), "w") as f:
+    path = os.path.join(outdir, f"{comm.rank}.json")
+    with open(path + ".part", "w") as f:
         json.dump([err, time.monotonic() - t0, plans(comm)], f)
+    os.replace(path + ".part", path)        # whole, for a reader polling for it
 
 
 def barrier_holds(comm, rounds=3):

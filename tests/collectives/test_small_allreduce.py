@@ -5,6 +5,7 @@ Rabenseifner they shortcut.
 The worlds force the algorithm (COMMRT_ALLREDUCE_ALGO), so the path is
 taken whatever the cost model would pick on a loaded machine."""
 import json
+import time
 
 import pytest
 
@@ -111,6 +112,12 @@ def test_dead_peer_fails_the_others_fast(transport, tmp_path):
     with World(4, transport=transport, env=ENV, timeout=60) as w:
         with pytest.raises(WorldError, match="rank 3"):
             w.run(S.dead_peer, str(tmp_path), timeout=30)
+        # the world reports rank 3's death at once; the survivors write their
+        # reports as they see it (closing the world would stop them)
+        until = time.monotonic() + 30
+        while not all((tmp_path / f"{r}.json").exists() for r in (0, 1, 2)) \
+                and time.monotonic() < until:
+            time.sleep(0.05)
     for r in (0, 1, 2):
         err, elapsed, plans = json.loads((tmp_path / f"{r}.json").read_text())
         # PeerLostError within the world's 30 s (the call's own deadline is
