@@ -21,6 +21,7 @@ from commrt import config
 from commrt.errors import CommError, FailureCode
 from commrt.transport._core import ANY_SOURCE, ANY_TAG, Request, Status  # noqa: F401
 from commrt.transport._core import check_timeout  # noqa: F401  (the one timeout rule)
+from commrt.transport._core import COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE
 
 __all__ = ["init", "Communicator", "Request", "Status", "wait_all", "ANY_SOURCE", "ANY_TAG"]
 
@@ -111,7 +112,8 @@ class Channel:
     def isend(self, buf, dst, tag, meta=0, meta2=0):
         return self._coll.isend(buf, dst, tag, meta=meta, meta2=meta2)
 
-    RECEIVER, SENDER, EXCHANGE = 1, 2, 3    # irecv's copier (transport Engine.irecv)
+    # irecv's copier (transport Engine.irecv)
+    RECEIVER, SENDER, EXCHANGE = COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE
 
     def irecv(self, buf, src, tag, copier=0):
         if copier:

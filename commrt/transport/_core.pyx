@@ -184,8 +184,20 @@ cdef class Request:
 
 
 COPY_BY_RECEIVER = COPIER_RECEIVER    # irecv(copier=...): who copies a large shm message
-COPY_BY_SENDER = COPIER_SENDER
+COPY_BY_SENDER = COPIER_SENDER        # (commrt.comm.Channel's RECEIVER, SENDER, EXCHANGE)
 COPY_IN_EXCHANGE = COPIER_EXCHANGE
+
+
+COPIERS = (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER, COPIER_EXCHANGE)
+
+
+cdef inline int check_copier(int copier) except -1:
+    """The check of a receive's copier (irecv, irecv_reduce; a chain message's
+    is part of its format, make_chain)."""
+    if copier not in COPIERS:
+        raise ValueError(f"copier must be 0, 1 (receiver), 2 (sender) or 3 (exchange), "
+                         f"got {copier}")
+    return 0
 
 
 cdef class Engine:
@@ -530,9 +542,7 @@ cdef class Engine:
         if tag < -1:
             raise ValueError(f"tag must be >= 0 or ANY_TAG, got {tag}")
         q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
-        if copier not in (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER, COPIER_EXCHANGE):
-            raise ValueError(f"copier must be 0, 1 (receiver), 2 (sender) or 3 (exchange), "
-                             f"got {copier}")
+        check_copier(copier)
         q.r.copier = copier
         self._post(q, True)
         return q
@@ -555,9 +565,7 @@ cdef class Engine:
         self._check_rank(src, "src")
         if tag < 0:
             raise ValueError(f"tag must be >= 0, got {tag}")
-        if copier not in (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER, COPIER_EXCHANGE):
-            raise ValueError(f"copier must be 0, 1 (receiver), 2 (sender) or 3 (exchange), "
-                             f"got {copier}")
+        check_copier(copier)
         q = self._new(K_RECV, buf, src, ctx, tag, 0, rank_of)
         q.r.copier = copier
         self._arm_reduce(q, meta, hook, itemsize, meta2)

@@ -553,8 +553,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
         for msg in msgs:
             if len(msg) != 9 or msg[0] not in (M_RECV, M_SEND, M_COPY) \
                     or msg[2] not in (B_BUF, B_IN, B_TMP) or msg[6] not in (B_BUF, B_IN, B_TMP) \
-                    or msg[8] not in (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER,
-                                      COPIER_EXCHANGE) \
+                    or msg[8] not in COPIERS \
                     or (msg[8] and msg[0] != M_RECV):
                 raise ValueError(f"a chain message is (kind 0 recv/1 send/2 copy, peer, where "
                                  f"0/1/2, off, len, rhook[, src_where, src_off[, copier 0-3 "

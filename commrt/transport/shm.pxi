@@ -21,9 +21,9 @@
 # Who copies is the receive's choice (req_t.copier) where the layer above
 # knows better than the size: COPIER_RECEIVER reads with process_vm_readv at
 # any size where ranks share cores, COPIER_EXCHANGE also from cma_min / 4 up
-# with a core each (read_early); COPIER_SENDER has the sender write with process_vm_writev (a
-# gather's root: its core then copies only its own block while the senders
-# write theirs).  A push must never land once the receive has failed (its
+# with a core each (read_early); COPIER_SENDER has the sender write with
+# process_vm_writev (a gather's root: its core then copies only its own block
+# while the senders write theirs).  A push must never land once the receive has failed (its
 # buffer may be freed and reused), so it goes through a push slot in the
 # control page that the receiver owns: it arms slot k with (receive id,
 # ARMED) and answers CTS carrying k and its buffer's address; the sender

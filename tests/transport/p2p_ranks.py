@@ -425,3 +425,22 @@ def push_after_loss(comm, nbytes):
     os.kill(int(pid[0]), signal.SIGCONT)
     time.sleep(1.0)
     return kind, bool(not buf.any())
+
+
+def bad_copiers(comm):
+    """A receive's copier other than 0-3 is refused, on irecv and irecv_reduce,
+    before anything is posted; the pair stays usable."""
+    ch, peer = comm.channel, (comm.rank + 1) % comm.size
+    out = []
+    for c in (4, -1):
+        for post in (lambda: ch.irecv(np.zeros(1), peer, 5, c),
+                     lambda: ch.irecv_reduce(np.zeros(1), peer, 5, 0, 0, 0, c)):
+            try:
+                post()
+                out.append("accepted")
+            except ValueError as exc:
+                out.append(str(exc))
+    req = ch.irecv(np.zeros(1), (comm.rank - 1) % comm.size, 6)
+    ch.isend(np.ones(1), peer, 6).wait(30)
+    req.wait(30)
+    return out

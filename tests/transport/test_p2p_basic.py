@@ -110,6 +110,12 @@ def test_copier_chooses_who_copies_a_large_message(world3):
         assert min(hdr[(big, c)] for c in (0, 1, 2, 3)) >= 8 * 64, hdr   # two-copy: streamed
 
 
+def test_a_copier_out_of_range_is_refused(world3):
+    for out in world3.run(R.bad_copiers):
+        assert len(out) == 4 and all("copier must be 0, 1 (receiver), 2 (sender) or 3 "
+                                     "(exchange)" in m for m in out), out
+
+
 def test_objects(world3):
     a, big_ok = world3.run(R.objects)[1]
     assert a == {"small": [1, 2, 3]} and big_ok
