@@ -11,7 +11,7 @@ import os
 import sys
 
 from commrt.bench import _coll
-from commrt.bench._launch import rank_args, write_json
+from commrt.bench._launch import end_gloo_rank, rank_args, write_json
 
 
 class TorchOps:
@@ -93,7 +93,7 @@ def main(argv=None):
     result["library"] = f"torch {torch.__version__} gloo"
     dist.destroy_process_group()
     write_json(os.path.join(args.out, f"rank{args.rank}.json"), result)
-    return 0
+    end_gloo_rank()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from commrt.bench._launch import end_gloo_rank
+
 
 class SmallCNN(torch.nn.Module):
     """A CNN of 12 conv+BN blocks of 32 channels on 3x32x32 images (~40 tensors)."""
@@ -135,6 +137,8 @@ def main(argv):
         print(json.dumps(out), flush=True)
     if mode != "ddp":
         hvd.shutdown()
+    else:
+        end_gloo_rank()
 
 
 def main_blocks(argv):
@@ -218,6 +222,7 @@ def main_blocks(argv):
         print(json.dumps(out), flush=True)
     if "ddp" in modes:
         dist.destroy_process_group()
+        end_gloo_rank()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import os
 import sys
 
 from commrt.bench import _kernels
-from commrt.bench._launch import rank_args, write_json
+from commrt.bench._launch import end_gloo_rank, rank_args, write_json
 
 
 def main(argv=None):
@@ -41,7 +41,7 @@ def main(argv=None):
     result["library"] = f"torch {torch.__version__} gloo"
     dist.destroy_process_group()
     write_json(os.path.join(args.out, f"rank{args.rank}.json"), result)
-    return 0
+    end_gloo_rank()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from commrt.bench._launch import rank_args, write_json
+from commrt.bench._launch import end_gloo_rank, rank_args, write_json
 
 SLICES = 5
 
@@ -195,6 +195,8 @@ def main(argv=None):
     dist.destroy_process_group()
     write_json(os.path.join(args.out, f"rank{args.rank}.json"),
                {"rank": args.rank, "backend": args.backend, "rows": rows})
+    if args.backend == "gloo":
+        end_gloo_rank()
     return 0
 
 

@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from commrt.bench import _netns
+from commrt.bench import _launch, _netns
 from commrt.bench._stats import Summary, fmt_num, table
 
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -148,19 +148,8 @@ def _torch_rank(rank, world, init, name, batch, steps, warmup=3):
     return times[warmup:]
 
 
-def run_torch(world, name, batch, steps, timeout=300, tries=2):
-    """Rank 0's step times of a PyTorch DDP run with `world` processes (one retry:
-    a Gloo rank has been seen to abort at exit on a heavily loaded host)."""
-    for attempt in range(tries):
-        try:
-            return _run_torch_once(world, name, batch, steps, timeout)
-        except RuntimeError as exc:
-            if attempt + 1 == tries:
-                raise
-            print(f"  (PyTorch DDP run failed, retrying once: {exc})", flush=True)
-
-
-def _run_torch_once(world, name, batch, steps, timeout):
+def run_torch(world, name, batch, steps, timeout=300):
+    """Rank 0's step times of a PyTorch DDP run with `world` processes."""
     with tempfile.TemporaryDirectory() as tmp:
         init = f"file://{tmp}/rendezvous"
         env = {**os.environ, **CHILD_ENV}
@@ -448,7 +437,7 @@ def main(argv=None):
                             args.steps)
         with open(args.out, "w") as f:
             json.dump(times, f)
-        return 0
+        _launch.end_gloo_rank()
     models = tuple(args.models.split(","))
     extra_env = dict(kv.split("=", 1) for kv in args.env)
     if args.link_rank is not None:

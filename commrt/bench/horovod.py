@@ -51,19 +51,16 @@ def _free_port():
 def run_one(model, mode, n, args):
     base, _, label = mode.partition("+")
     extra = [a for kv in (args.variants[label] if label else ()) for a in ("--env", kv)]
-    # gloo's own ranks sometimes abort as they end ("terminate called without an
-    # active exception", SIGABRT): the reference runs once more then; commrt's never
-    for attempt in range(2 if base == "ddp" else 1):
-        cmd = [sys.executable, "-m", "commrt.launcher", "-n", str(n), "--no-prefix",
-               "--env", "OMP_NUM_THREADS=1", "--env", "MASTER_ADDR=127.0.0.1",
-               "--env", f"MASTER_PORT={_free_port()}", *extra,
-               "-m", "commrt.bench._horovod_worker", base, model, str(args.batch),
-               str(args.steps), str(args.warmup)]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        for line in out.stdout.splitlines():
-            if line.startswith("{"):
-                rec = json.loads(line)
-                return rec["imgs_per_s"], rec.get("per_step")
+    cmd = [sys.executable, "-m", "commrt.launcher", "-n", str(n), "--no-prefix",
+           "--env", "OMP_NUM_THREADS=1", "--env", "MASTER_ADDR=127.0.0.1",
+           "--env", f"MASTER_PORT={_free_port()}", *extra,
+           "-m", "commrt.bench._horovod_worker", base, model, str(args.batch),
+           str(args.steps), str(args.warmup)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+            return rec["imgs_per_s"], rec.get("per_step")
     raise RuntimeError(f"{model} {mode} at N={n} failed (exit {out.returncode}):\n"
                        f"{(out.stdout + out.stderr)[-2000:]}")
 
@@ -72,20 +69,17 @@ def run_job(model, modes, n, args):
     """--blocks: every mode in one job (_horovod_worker.main_blocks) -> {mode: (imgs/s,
     per_step counts or None)}."""
     variants = [f"{label}:{','.join(env)}" for label, env in args.variants.items()]
-    for attempt in range(2):         # gloo's abort as it ends (see run_one): once more
-        cmd = [sys.executable, "-m", "commrt.launcher", "-n", str(n), "--no-prefix",
-               "--env", "OMP_NUM_THREADS=1", "--env", "MASTER_ADDR=127.0.0.1",
-               "--env", f"MASTER_PORT={_free_port()}",
-               "-m", "commrt.bench._horovod_worker", "--blocks", str(args.blocks),
-               ",".join(modes), model, str(args.batch), str(args.steps), str(args.warmup),
-               *variants]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        for line in out.stdout.splitlines():
-            if line.startswith("{"):
-                rec = json.loads(line)
-                return {m: (r["imgs_per_s"], r.get("per_step")) for m, r in rec.items()}
-        if "ddp" not in modes:
-            break
+    cmd = [sys.executable, "-m", "commrt.launcher", "-n", str(n), "--no-prefix",
+           "--env", "OMP_NUM_THREADS=1", "--env", "MASTER_ADDR=127.0.0.1",
+           "--env", f"MASTER_PORT={_free_port()}",
+           "-m", "commrt.bench._horovod_worker", "--blocks", str(args.blocks),
+           ",".join(modes), model, str(args.batch), str(args.steps), str(args.warmup),
+           *variants]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+            return {m: (r["imgs_per_s"], r.get("per_step")) for m, r in rec.items()}
     raise RuntimeError(f"{model} at N={n} ({','.join(modes)}) failed (exit {out.returncode}):"
                        f"\n{(out.stdout + out.stderr)[-2000:]}")
 

@@ -6,9 +6,7 @@
 
 Every round runs the backends in turn (commrt, then gloo), each in its own
 world of N ranks (file:// init), so a burst of load from other jobs hits both
-alike (a gloo job whose ranks abort as they end, a gloo fault seen at times
-here, runs again up to twice; commrt's never); each number is the median over
-rounds of the slowest rank's median
+alike; each number is the median over rounds of the slowest rank's median
 time per call (float32 tensors on the CPU, blocking calls).  Also measured
 on commrt, in the same run: the native commrt all-reduce of the same 8 bytes
 (``native``) and torch's dispatch into a do-nothing Python process group
@@ -50,22 +48,13 @@ def run_backend(backend, n, spec, timeout):
         return _launch._read_results(tmp, n, backend)[0]
 
 
-GLOO_TRIES = 3      # gloo's ranks at times abort as they end ("terminate called
-                    # without an active exception"): its job runs again, commrt's never
-
-
 def _run_round(backend, n, spec, timeout, log):
     """One backend's job of a round, its results or None (logged)."""
-    tries = GLOO_TRIES if backend == "gloo" else 1
-    for attempt in range(1, tries + 1):
-        try:
-            return run_backend(backend, n, spec, timeout)
-        except Exception as exc:  # noqa: BLE001 - report and go on
-            if attempt == tries:
-                log(f"  {backend} failed: {exc}")
-                return None
-            log(f"  {backend}'s job ended badly ({str(exc).splitlines()[0]}); "
-                f"running it again ({attempt + 1}/{tries})")
+    try:
+        return run_backend(backend, n, spec, timeout)
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        log(f"  {backend} failed: {exc}")
+        return None
 
 
 def collect(args, log):
