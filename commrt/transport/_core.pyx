@@ -1115,6 +1115,7 @@ cdef class Engine:
             E.peers[i].lost = E_SHUTDOWN
             E.peers[i].txq = NULL           # the parent's frames: never sent from here
             E.peers[i].txq_tail = NULL
+            E.peers[i].unexp_head = E.peers[i].unexp_tail = NULL
         E.posted_head = E.posted_tail = NULL
         E.unexp_head = E.unexp_tail = NULL
         E.done_head = NULL

@@ -69,6 +69,7 @@ cdef inline req_t *match_posted(eng_t *E, uint32_t ctx, int src, int tag) noexce
 
 
 cdef inline void unexp_append(eng_t *E, umsg_t *u) noexcept nogil:
+    cdef peer_t *p = &E.peers[u.src]
     u.next = NULL
     u.prev = E.unexp_tail
     if E.unexp_tail != NULL:
@@ -76,12 +77,20 @@ cdef inline void unexp_append(eng_t *E, umsg_t *u) noexcept nogil:
     else:
         E.unexp_head = u
     E.unexp_tail = u
+    u.pnext = NULL
+    u.pprev = p.unexp_tail
+    if p.unexp_tail != NULL:
+        p.unexp_tail.pnext = u
+    else:
+        p.unexp_head = u
+    p.unexp_tail = u
     E.unexp_count += 1
     if E.unexp_bytes > E.unexp_peak:
         E.unexp_peak = E.unexp_bytes
 
 
 cdef inline void unexp_remove(eng_t *E, umsg_t *u) noexcept nogil:
+    cdef peer_t *p = &E.peers[u.src]
     if u.prev != NULL:
         u.prev.next = u.next
     else:
@@ -92,11 +101,35 @@ cdef inline void unexp_remove(eng_t *E, umsg_t *u) noexcept nogil:
         E.unexp_tail = u.prev
     u.next = NULL
     u.prev = NULL
+    if u.pprev != NULL:
+        u.pprev.pnext = u.pnext
+    else:
+        p.unexp_head = u.pnext
+    if u.pnext != NULL:
+        u.pnext.pprev = u.pprev
+    else:
+        p.unexp_tail = u.pprev
+    u.pnext = NULL
+    u.pprev = NULL
     E.unexp_count -= 1
 
 
 cdef inline umsg_t *match_unexpected(eng_t *E, req_t *r) noexcept nogil:
-    cdef umsg_t *u = E.unexp_head
+    """The first unexpected message, in arrival order, that r accepts.  A receive
+    from one peer looks at that peer's messages only: a rank whose peers run ahead
+    (a gather's root) may hold thousands of other peers' messages, and one list of
+    all of them made every receive walk past those (a gather at N=4 cost the root
+    O(backlog): 22 µs a call after 2000 calls)."""
+    cdef umsg_t *u
+    if r.peer >= 0:
+        u = E.peers[r.peer].unexp_head
+        while u != NULL:
+            if accepts(r, u.h.ctx, u.src, u.h.tag):
+                unexp_remove(E, u)
+                return u
+            u = u.pnext
+        return NULL
+    u = E.unexp_head
     while u != NULL:
         if accepts(r, u.h.ctx, u.src, u.h.tag):
             unexp_remove(E, u)

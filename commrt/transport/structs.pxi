@@ -237,8 +237,10 @@ cdef struct umsg_t:     # an unexpected message: eager payload, or an RTS
     int src
     bint partial        # TCP payload still streaming in
     req_t *waiter       # receive that matched it while partial
-    umsg_t *next
+    umsg_t *next        # every peer's, in arrival order (wildcard receives, aborts)
     umsg_t *prev
+    umsg_t *pnext       # its sender's, in arrival order (a receive from that peer)
+    umsg_t *pprev
 
 cdef struct frame_t:    # something queued for a peer's channel
     hdr_t h
@@ -308,6 +310,8 @@ cdef struct peer_t:
     frame_t *txq_tail
     req_t *await_head   # sends waiting for CTS or FIN
     req_t *rxact_head   # receives waiting for DATA
+    umsg_t *unexp_head  # on a main channel: its unexpected messages (queues.pxi)
+    umsg_t *unexp_tail
     uint32_t tx_seq
     uint32_t rx_seq
     # --- flow control (engine.pxi): eager credit, in bytes

@@ -444,3 +444,44 @@ def bad_copiers(comm):
     ch.isend(np.ones(1), peer, 6).wait(30)
     req.wait(30)
     return out
+
+
+def matching_order(comm, rounds=3):
+    """MPI's matching order over a backlog of unexpected messages from two peers.
+
+    Ranks 1 then 2 (barriers between, so rank 0's arrival order is known) send
+    rank 0 messages of tags 0-2, eager and above the eager limit (an RTS).  Rank 0
+    then receives with a mix of (source, tag) filters, wildcards included, and
+    checks each against a model of one list in arrival order: a receive takes the
+    first message it accepts."""
+    sizes = (8, 40_000, 64)                 # 40 000 B: above the eager limit
+    sent, reqs = [], []
+    for sender in (1, 2):
+        if comm.rank == sender:
+            for i in range(12):
+                tag, nbytes = i % 3, sizes[i % len(sizes)]
+                buf = np.full(nbytes // 8, sender * 1000 + i, np.int64)
+                reqs.append(comm.isend(buf, 0, tag))
+                sent.append(buf)
+        comm.barrier()
+    if comm.rank != 0:
+        commrt.wait_all(reqs, timeout=30)
+        comm.barrier()
+        return None
+    arrived = [(s, i % 3, s * 1000 + i, sizes[i % len(sizes)] // 8) for s in (1, 2)
+               for i in range(12)]
+    plan = [(2, 1), (-1, 0), (1, -1), (2, -1), (-1, 2), (1, 2), (-1, -1), (2, 0), (1, 1)]
+    plan += [(-1, -1)] * (len(arrived) - len(plan))
+    wrong = []
+    for src, tag in plan:
+        k = next(k for k, (s, t, _, _) in enumerate(arrived)
+                 if (src < 0 or s == src) and (tag < 0 or t == tag))
+        s, t, value, count = arrived.pop(k)
+        buf = np.zeros(5000, np.int64)
+        st = comm.recv(buf, commrt.ANY_SOURCE if src < 0 else src,
+                       commrt.ANY_TAG if tag < 0 else tag, timeout=30)
+        got = (st.source, st.tag, int(buf[0]), st.nbytes // 8)
+        if got != (s, t, value, count) or (count and int(buf[count - 1]) != value):
+            wrong.append(((src, tag), got, (s, t, value, count)))
+    comm.barrier()
+    return wrong

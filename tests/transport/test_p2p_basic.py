@@ -159,3 +159,11 @@ def test_wait_without_spinning(world3):
     got, timed_out = world3.run(R.wait_without_spinning)[1]
     assert got == (1000, 7000)
     assert timed_out is not None and 0.15 < timed_out < 5
+
+
+def test_receives_match_a_backlog_in_arrival_order(world3):
+    """Per-peer unexpected lists (a receive from one peer looks at its messages
+    only) keep MPI's order: every receive, by source, tag or wildcard, takes the
+    first message it accepts in arrival order."""
+    res = world3.run(R.matching_order)
+    assert res[0] == [] and res[1:] == [None, None]
