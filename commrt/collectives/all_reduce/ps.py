@@ -9,8 +9,10 @@ receiving the next):
      reduction has a C loop rank 1's copy is combined as it lands instead
      (reduce-receive), and the pass takes the others;
   3. rank 0 sends the result to every rank.
-Cost: 2α + (N-1)·K·(β + γ) + K·β (+α per further segment message): the root
-receives and reduces everything, then the others copy the result at once.
+Cost: 2(N-1)·C·α + (N-1)·K·(β + γ) + K·β, α a step's (α_busy where ranks
+outnumber cores: each of the root's messages waits for its peer's turn on a
+core): the root receives and reduces everything, then the others copy the
+result at once.
 Bytes: the root sends and receives (N-1)·K; every other rank sends and
 receives K.  Simple and the best at N = 2 for mid sizes on some transports.
 """
@@ -24,8 +26,11 @@ TIE = 6
 def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
-    # the root's messages beyond one step each way
-    lat = 2 * p.step(n) + (2 * (n - 1) * p.nseg(nbytes) - 2) * p.alpha
+    # the root's messages beyond one step each way: each waits for its sender's
+    # (or receiver's) turn on a core where ranks outnumber them, as a step does
+    # (at N = 8 on 2 cores, costed at α, ps was chosen for 8 B and ran 370 µs
+    # against recursive doubling's 19)
+    lat = (2 * (n - 1) * p.nseg(nbytes)) * p.step(n)
     g = p.g(min(nbytes, p.segment) * (n - 1))  # one pass over the N-1 copies of a segment
     crit = (n - 1) * nbytes * (p.beta + g) + nbytes * p.beta
     return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
