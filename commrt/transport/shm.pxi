@@ -110,6 +110,7 @@ cdef void shm_map(peer_t *p, char *seg, size_t seg_len, int side, uint64_t ring_
         p.push_me = <volatile uint64_t *>(seg + OFF_PUSH1)
         p.push_peer = <volatile uint64_t *>(seg + OFF_PUSH0)
     p.tx_head_seen = ld_acq_u64(p.tx_head)
+    p.tx_tail_mine = ld_acq_u64(p.tx_tail)
 
 
 cdef inline void ring_doorbell(peer_t *p) noexcept nogil:
@@ -123,7 +124,7 @@ cdef inline void ring_doorbell(peer_t *p) noexcept nogil:
 cdef bint shm_put(eng_t *E, peer_t *p, hdr_t *h, const char *payload, uint64_t plen) noexcept nogil:
     """Write one record if it fits; False when the ring is full."""
     cdef uint64_t R = p.ring_bytes
-    cdef uint64_t tail = p.tx_tail[0]
+    cdef uint64_t tail = p.tx_tail_mine      # not the shared line the peer polls
     cdef uint64_t head = p.tx_head_seen
     cdef uint64_t rec = rec_len(plen)
     cdef uint64_t off = tail & (R - 1)
@@ -154,6 +155,7 @@ cdef bint shm_put(eng_t *E, peer_t *p, hdr_t *h, const char *payload, uint64_t p
     memcpy(p.tx_data + off, h, sizeof(hdr_t))
     if plen:
         memcpy(p.tx_data + off + HDR_SPACE, payload, plen)
+    p.tx_tail_mine = tail + rec
     st_rel_u64(p.tx_tail, tail + rec)
     p.hdr_sent += sizeof(hdr_t)
     return True

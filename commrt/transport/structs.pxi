@@ -272,6 +272,7 @@ cdef struct peer_t:
     volatile uint32_t *txblk_peer
     volatile uint64_t *tx_head
     volatile uint64_t *tx_tail
+    uint64_t tx_tail_mine   # what this side last stored at tx_tail (its only writer)
     uint64_t tx_head_seen   # the consumer's head as last read (it only grows: see shm_put)
     volatile uint64_t *rx_head
     volatile uint64_t *rx_tail
