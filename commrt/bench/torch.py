@@ -48,15 +48,6 @@ def run_backend(backend, n, spec, timeout):
         return _launch._read_results(tmp, n, backend)[0]
 
 
-def _run_round(backend, n, spec, timeout, log):
-    """One backend's job of a round, its results or None (logged)."""
-    try:
-        return run_backend(backend, n, spec, timeout)
-    except Exception as exc:  # noqa: BLE001 - report and go on
-        log(f"  {backend} failed: {exc}")
-        return None
-
-
 def collect(args, log):
     """{n: {(backend, kind): {bytes: [time per round]}}}"""
     data = {}
@@ -67,8 +58,10 @@ def collect(args, log):
         for rnd in range(args.rounds):
             for backend in BACKENDS:
                 log(f"N={n} round {rnd + 1}/{args.rounds}: {backend}")
-                res = _run_round(backend, n, spec, args.timeout, log)
-                if res is None:
+                try:
+                    res = run_backend(backend, n, spec, args.timeout)
+                except Exception as exc:  # noqa: BLE001 - report and go on
+                    log(f"  {backend} failed: {exc}")
                     continue
                 for row in res["rows"]:
                     per.setdefault((backend, row["kind"]), {}).setdefault(

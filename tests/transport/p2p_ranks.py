@@ -446,7 +446,7 @@ def bad_copiers(comm):
     return out
 
 
-def matching_order(comm, rounds=3):
+def matching_order(comm):
     """MPI's matching order over a backlog of unexpected messages from two peers.
 
     Ranks 1 then 2 (barriers between, so rank 0's arrival order is known) send
@@ -455,7 +455,7 @@ def matching_order(comm, rounds=3):
     checks each against a model of one list in arrival order: a receive takes the
     first message it accepts."""
     sizes = (8, 40_000, 64)                 # 40 000 B: above the eager limit
-    sent, reqs = [], []
+    sent, reqs = [], []                     # sent: the send buffers, alive until sent
     for sender in (1, 2):
         if comm.rank == sender:
             for i in range(12):

@@ -26,10 +26,10 @@ TIE = 6
 def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
-    # the root's messages beyond one step each way: each waits for its sender's
-    # (or receiver's) turn on a core where ranks outnumber them, as a step does
-    # (at N = 8 on 2 cores, costed at α, ps was chosen for 8 B and ran 370 µs
-    # against recursive doubling's 19)
+    # every message of the root's, each way, costs a step's α: where ranks outnumber
+    # cores each waits for its peer's turn on a core (at N = 8 on 2 cores, costed
+    # at α beyond the first, ps was chosen for 8 B and ran 370 µs against
+    # recursive doubling's 19)
     lat = (2 * (n - 1) * p.nseg(nbytes)) * p.step(n)
     g = p.g(min(nbytes, p.segment) * (n - 1))  # one pass over the N-1 copies of a segment
     crit = (n - 1) * nbytes * (p.beta + g) + nbytes * p.beta
