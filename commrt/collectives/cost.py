@@ -14,6 +14,12 @@
     α_net, β_net  α and β of the network class: a step between ranks on
             different hosts (0 on one host).  α, β are the shared-memory
             class's where some host holds two ranks, else the network's.
+    c_gen   seconds the general path adds to a call (its Call, checks and the
+            Python between steps), every rank calling at once: an 8-byte
+            recursive doubling made of fresh calls, less the same steps run
+            inside one.  Charged to the algorithms that have no prepared plan
+            at that size (plans.applies): 7 µs a call at N = 2 here, but
+            20-60 µs where ranks outnumber cores, when a planned call takes 5.
 
 Link classes.  On several hosts a flat algorithm (ring, tree, Rabenseifner,
 ...) runs in lockstep, so its steps go at the network's pace: it is costed
@@ -64,12 +70,12 @@ from commrt.rendezvous import netif
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 
-# 8: measured once every rank has arrived (α and α_busy of 7 could include ranks
+# 9: c_gen (the general path's own cost per call); 8: measured once every rank has arrived (α and α_busy of 7 could include ranks
 # still loading their modules: α 73 µs at N = 8 on 2 cores, 2.8 µs after);
 # 7: γ of the C combine loop, not Numba's; 6: the network class (α_net, β_net) and
 # the link in the key; 5: shm streams in 64 KiB chunks (β changed); 4: below
 # COMMRT_CMA_MIN_BYTES streams
-CACHE_VERSION = 8
+CACHE_VERSION = 9
 GAMMA_SMALL, GAMMA_LARGE = 1 << 20, 16 << 20   # sizes γ and γ_mem are measured at
 NOISY = 3.0   # α's lower quartile over its fastest sample beyond which the host was busy
 
@@ -90,6 +96,7 @@ class Params:
     alpha_net: float = 0.0
     beta_net: float = 0.0
     hosts: int = 1
+    call: float = 0.0       # c_gen: what the general path adds to a call without a plan
 
     def net(self, share=1):
         """The parameters of a step across hosts, ``share`` ranks of a host sending
@@ -153,7 +160,8 @@ def _cache_key(transport, local, hosts=1):
     return f"{transport}:{socket.gethostname()}:{link}:{_cores()}:{local}:{hosts}"
 
 
-FIELDS = ("alpha", "beta", "gamma", "mu", "alpha_busy", "gamma_mem", "alpha_net", "beta_net")
+FIELDS = ("alpha", "beta", "gamma", "mu", "alpha_busy", "gamma_mem", "alpha_net", "beta_net",
+          "call")
 
 
 def _load(transport, local, hosts=1):
@@ -212,27 +220,50 @@ def _exchange(call, peer, nbytes, iters):
     return times[len(times) // 4], times[0]
 
 
-def _busy_step(call, iters=20):
-    """α_busy: time of one step of an 8-byte recursive-doubling all-reduce run by
-    every rank at once (the lower quartile, over the steps it takes, as rank 0
-    sees it)."""
-    from commrt.collectives.all_reduce import _fold, recursive_doubling
+def _rd_steps(n):
+    from commrt.collectives.all_reduce import _fold
+    p2, rem = _fold.plan(n)
+    return int(math.log2(p2)) + (2 if rem else 0)
+
+
+def _rd_times(call, iters):
+    """(inside, fresh): sorted seconds of 8-byte recursive-doubling all-reduces run
+    by every rank at once, alternately inside `call` and each as a call of its
+    own, with the Call, fingerprint and reducer the general path makes for a
+    user's call (its sequence number the calibration's: nothing is consumed or
+    recorded).  Alternated, so that a slow spell of the host hits both."""
+    from commrt.collectives.all_reduce import recursive_doubling
+    from commrt.collectives.call import Call
     from commrt.collectives.reduction import Reduction
 
     buf = np.zeros(1, np.float64)
-    p2, rem = _fold.plan(call.size)
-    steps = int(math.log2(p2)) + (2 if rem else 0)
-
-    add = Reduction(None, "sum", np.dtype(np.float64), False)
-    times = []
-    for i in range(iters + 2):
+    f64 = np.dtype(np.float64)
+    add = Reduction(None, "sum", f64, False)
+    inside, fresh = [], []
+    for i in range(2 * iters + 4):
         t0 = time.perf_counter()
-        recursive_doubling.run(call, buf, add)
-        call.wait_sends()
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 4] / steps
+        c, red = call, add
+        if i & 1:
+            c = Call(call.comm, "calibrate", count=1, dtype=f64, algo="binomial",
+                     seq=call.seq, timeout=call.timeout)
+            c.deadline = call.deadline
+            red = Reduction(None, "sum", f64, False)
+        recursive_doubling.run(c, buf, red)
+        c.wait_sends()
+        if i >= 4:
+            (fresh if i & 1 else inside).append(time.perf_counter() - t0)
+    return sorted(inside), sorted(fresh)
+
+
+def _busy_step(call, iters=40):
+    """(α_busy, c_gen).  α_busy: time of one step of an 8-byte recursive-doubling
+    all-reduce run by every rank at once (the lower quartile, over the steps it
+    takes, as rank 0 sees it).  c_gen: the median of the same all-reduce made of
+    fresh calls less the median inside one call (where ranks outnumber cores a
+    call's Python also waits for a core: it is measured so, not scaled)."""
+    inside, fresh = _rd_times(call, iters)
+    busy = inside[len(inside) // 4] / _rd_steps(call.size)
+    return busy, max(0.0, fresh[iters // 2] - inside[iters // 2])
 
 
 def _quartile_time(fn, reps=9):
@@ -357,9 +388,9 @@ def params(comm, timeout=None, serving=None):
                 quiet = _measure_pair(call, net_pair, vals, 7) and quiet
             elif net_pair:
                 vals[7:9] = vals[1:3]
-            busy = vals[1]
-            if comm.size > 2:  # every rank at once: α_busy from 8-byte recursive doubling
-                busy = _busy_step(call)
+            busy, gen = _busy_step(call)   # every rank at once: 8-byte recursive doubling
+            if comm.size == 2:
+                busy = vals[1]
             if r == 0:
                 gamma, _ = _measure_gamma()
                 gamma_mem, fastest = _measure_gamma(GAMMA_LARGE, 5)
@@ -368,6 +399,7 @@ def params(comm, timeout=None, serving=None):
                 quiet = quiet and gamma_mem < NOISY * fastest and gamma_mem < 2 * NOISY * gamma
                 gamma_mem = min(gamma_mem, 2 * NOISY * gamma)
                 vals[3:7] = (gamma, _measure_mu(), busy, gamma_mem)
+                vals[9] = gen
             _bcast.run(call, vals, 0)
             call.wait_sends()
             if r == 0 and quiet:
@@ -393,15 +425,19 @@ def _link(mod, p):
 
 def predict(collective, comm, nbytes, p=None):
     """{algorithm: predicted seconds} of every eligible algorithm of a collective
-    (collectives/registry.py), in tie-break order."""
-    from commrt.collectives import registry
+    (collectives/registry.py), in tie-break order: its cost, plus c_gen where
+    a call of that size would take the general path (no prepared plan)."""
+    from commrt.collectives import plans, registry
 
     p = p or params(comm)
     out = {}
     for name, mod in registry.table()[collective].items():
         check = getattr(mod, "eligible", None)
         if check is None or check(comm):
-            out[name] = mod.cost(comm.size, nbytes, _link(mod, p), comm)
+            t = mod.cost(comm.size, nbytes, _link(mod, p), comm)
+            if not plans.applies(collective, name, comm.size, nbytes):
+                t += p.call
+            out[name] = t
     return out
 
 

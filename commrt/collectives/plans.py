@@ -217,6 +217,23 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("gather", "linear"): _gather,
            ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial}
 
 
+def applies(collective, algo, n, nbytes):
+    """Whether a call of `collective` by `algo` on n ranks, nbytes each, runs on a
+    prepared plan once it has run once (a contiguous buffer of a dtype with a C
+    combine loop, no timeout=, no async_op): what the cost model asks before it
+    charges the general path's own cost (cost.Params.call)."""
+    if n < 2:
+        return False
+    pow2 = not n & (n - 1)
+    if collective == "all_reduce":
+        if algo == "recursive_doubling":
+            return pow2 or nbytes <= MAX_TMP_BYTES
+        if algo == "rabenseifner":
+            return pow2 and nbytes <= _small.RANGED_MAX_BYTES
+        return False
+    return (collective, algo) in LAYOUTS and nbytes <= MAX_BYTES
+
+
 def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_count,
             block, root=0, op=None, hook=0):
     """Remember a plan for calls like this one where the algorithm has a schedule

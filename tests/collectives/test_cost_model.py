@@ -72,7 +72,8 @@ def test_gamma_grows_from_cache_to_memory_speed():
 def test_cache_is_keyed_by_ranks_per_host_and_versioned(tmp_path, monkeypatch):
     path = tmp_path / "cost.json"
     monkeypatch.setenv("COMMRT_COST_CACHE", str(path))
-    values = (1e-6, 2e-10, 3e-11, 4e-11, 5e-6, 6e-11, 7e-5, 8e-9)
+    values = (1e-6, 2e-10, 3e-11, 4e-11, 5e-6, 6e-11, 7e-5, 8e-9, 9e-6)
+    assert len(values) == len(cost.FIELDS)
     cost._store("shm", 4, values)
     assert cost._load("shm", 4) == values
     assert cost._load("shm", 2) is None
@@ -144,3 +145,43 @@ def test_the_ring_reduce_pays_for_its_scratch_copy(n):
     k = 16 << 20
     assert ring.cost(n, k, dataclasses.replace(p, mu=2 * p.mu)) - ring.cost(n, k, p) \
         == pytest.approx(k * p.mu)
+
+
+class _World:
+    """What predict reads of a communicator: its size (one host)."""
+    def __init__(self, n):
+        self.size = n
+
+    def host_of(self, q):
+        return "h"
+
+
+def test_the_general_paths_own_cost_goes_to_algorithms_without_a_plan():
+    """c_gen (Params.call) is charged where no prepared plan runs the call.  N = 3
+    on 2 cores: the tree's two steps looked cheaper than recursive doubling's
+    fold (3 steps), yet the tree ran on the general path at 54-115 µs and the
+    planned recursive doubling at 5-7 µs (2026-12-04)."""
+    from commrt.collectives import plans
+
+    assert plans.applies("all_reduce", "recursive_doubling", 3, 8)
+    assert plans.applies("all_reduce", "recursive_doubling", 3, 1 << 20)
+    assert not plans.applies("all_reduce", "recursive_doubling", 3, 2 << 20)   # scratch bound
+    assert plans.applies("all_reduce", "recursive_doubling", 4, 64 << 20)      # no scratch
+    assert plans.applies("all_reduce", "rabenseifner", 4, 16 << 20)
+    assert not plans.applies("all_reduce", "rabenseifner", 3, 8)
+    assert not plans.applies("all_reduce", "tree", 4, 8)
+    assert plans.applies("broadcast", "binomial", 4, 8)
+    assert not plans.applies("broadcast", "pipeline", 4, 8)
+    assert not plans.applies("broadcast", "binomial", 4, 64 << 20)
+    assert not plans.applies("all_reduce", "recursive_doubling", 1, 8)
+
+    world = _World(3)
+    p = cost.Params(alpha=3e-6, beta=5e-11, gamma=4e-11, alpha_busy=5e-6, local=3, cores=2,
+                    segment=256 << 10)
+    without = cost.predict("all_reduce", world, 8, p)
+    assert cost.cheapest(without) == "tree"          # the formulas alone
+    withc = cost.predict("all_reduce", world, 8, dataclasses.replace(p, call=20e-6))
+    assert cost.cheapest(withc) == "recursive_doubling"
+    for name, t in withc.items():
+        charged = not plans.applies("all_reduce", name, 3, 8)
+        assert t == pytest.approx(without[name] + (20e-6 if charged else 0.0))
