@@ -4,7 +4,8 @@ Work in a scratch of N blocks holding, at position i, the block of rank
 r+i.  Step k (d = 2^k): send the first min(d, N-d) blocks to rank r-d,
 receive as many from rank r+d into positions d..; after ceil(log2 N) steps
 rotate the scratch into out.
-Cost: ceil(log2 N)·α + (N-1)/N·K·β (K = bytes of out) + K·β (the rotation).
+Cost: ceil(log2 N)·α + (N-1)/N·K·β (K = bytes of out) + K·μ (the rotation);
+α_busy for α where ranks outnumber cores.
 Bytes sent per rank: (N-1)·|block|.
 """
 import math
@@ -18,8 +19,10 @@ def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
     block = nbytes / n
-    return (math.ceil(math.log2(n)) * p.alpha + (n - 1) * block * p.beta * p.rho(n)
-            + nbytes * p.beta)
+    # each step waits on the one before (a context switch where ranks outnumber
+    # cores, as direct's one wait); the rotation into out is a local copy
+    return (math.ceil(math.log2(n)) * p.step(n) + (n - 1) * block * p.beta * p.rho(n)
+            + nbytes * p.mu)
 
 
 def schedule(n, rank, count, root=0):
