@@ -1,4 +1,5 @@
 """The reduction an algorithm combines with: ``red(dst, src)`` (dst = dst OP src),
+``red.first(dst, src)`` (dst = src OP dst: the operand order of the lower rank),
 ``red.many(dst, srcs)`` (one pass over several sources, float16 accumulating in
 float32), and ``red.hook``, the address of the same reduction as a C loop for
 receives that combine as the data lands (0 where there is none: float16,
@@ -38,6 +39,19 @@ class Reduction:
         if self._into is None:
             self._load()
         self._into(dst, src, self.kernel, parallel=self.parallel)
+
+    def first(self, dst, src):
+        """dst = src OP dst: src the left operand, the result in dst (no copy back
+        where there is a C loop; else through a copy of src)."""
+        if self._c is not None:
+            try:
+                self._c(dst, src, self.kernel, True)
+                return
+            except (TypeError, ValueError, BufferError):
+                pass
+        tmp = src.copy()
+        self(tmp, dst)
+        dst[...] = tmp
 
     def many(self, dst, srcs):
         if self._many is None:

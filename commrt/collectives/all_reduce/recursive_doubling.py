@@ -7,8 +7,9 @@ Both partners combine the two partial results with the lower virtual rank's
 as the left operand, so all ranks end bitwise equal even where an op does
 not commute bit for bit (min of 0.0 and -0.0, NaN payloads).
 
-Cost: log2(p')·(α + K·β + K·γ + K·μ) [+ 2(α + K·β) + K·γ when N is not a power
-of two], μ the copy back on the upper partner.
+Cost: log2(p')·(α + K·β + K·γ) [+ 2(α + K·β) + K·γ when N is not a power
+of two].  The upper partner combines with the partner's copy as the left
+operand straight into buf (the C loop's src_first), no copy back.
 Fewest steps of all; moves K bytes per step, so only for small K.
 Bytes sent per rank: log2(p')·K (+K for folded pairs).
 """
@@ -26,10 +27,10 @@ def cost(n, nbytes, p, comm=None):
         return 0.0
     p2, rem = _fold.plan(n)
     steps = int(math.log2(p2))
-    # a step: exchange K, reduce K, and on the upper partner copy K back into buf
+    # a step: exchange K, reduce K (into buf on both partners)
     g = p.g(nbytes)
-    crit = steps * nbytes * (p.beta + g + p.mu)
-    work = p2 * steps * nbytes * (p.beta + g + p.mu / 2)
+    crit = steps * nbytes * (p.beta + g)
+    work = p2 * steps * nbytes * (p.beta + g)
     fl, fc, fw = _fold.cost(n, nbytes, p)
     return p.time(n, steps * p.step(n) + fl, crit + fc, work + fw)
 
@@ -66,8 +67,7 @@ def run(call, buf, red):
             call.wait_sends()  # the partner has our copy; buf may change now
             if v < v ^ mask:
                 red(buf, tmp)
-            else:  # same operand order on both partners: bitwise equal even for
-                red(tmp, buf)  # min(0.0, -0.0) or NaN payloads
-                buf[...] = tmp
+            else:  # same operand order on both partners (the lower rank's first):
+                red.first(buf, tmp)  # bitwise equal even for min(0.0, -0.0) or NaN payloads
             mask <<= 1
     _fold.fold_out(call, buf, rem)
