@@ -17,7 +17,7 @@
     c_gen   seconds the general path adds to a call (its Call, checks and the
             Python between steps), every rank calling at once: an 8-byte
             recursive doubling made of fresh calls, less the same steps run
-            inside one.  Charged to the algorithms that have no prepared plan
+            inside one, and at least its CPU alone times ranks per core.  Charged to the algorithms that have no prepared plan
             at that size (plans.applies): 7 µs a call at N = 2 here, but
             20-60 µs where ranks outnumber cores, when a planned call takes 5.
 
@@ -227,7 +227,7 @@ def _rd_steps(n):
 
 
 def _rd_times(call, iters):
-    """(inside, fresh): sorted seconds of 8-byte recursive-doubling all-reduces run
+    """(inside, fresh): seconds of 8-byte recursive-doubling all-reduces run
     by every rank at once, alternately inside `call` and each as a call of its
     own, with the Call, fingerprint and reducer the general path makes for a
     user's call (its sequence number the calibration's: nothing is consumed or
@@ -252,18 +252,46 @@ def _rd_times(call, iters):
         c.wait_sends()
         if i >= 4:
             (fresh if i & 1 else inside).append(time.perf_counter() - t0)
-    return sorted(inside), sorted(fresh)
+    return inside, fresh
 
 
-def _busy_step(call, iters=40):
+def _general_cpu(call, reps=200):
+    """Seconds of CPU the general path spends on a call before and after its
+    messages (a fresh Call with its fingerprint, a reducer, the wait for its
+    sends), timed on this rank alone: no message moves, so no other rank's
+    scheduling enters it (the lower quartile of reps)."""
+    from commrt.collectives.call import Call
+    from commrt.collectives.reduction import Reduction
+
+    f64 = np.dtype(np.float64)
+    times = []
+    for _ in range(reps):
+        t0 = time.thread_time()     # CPU: the other ranks share the cores meanwhile
+        c = Call(call.comm, "calibrate", count=1, dtype=f64, algo="binomial", seq=call.seq,
+                 timeout=call.timeout)
+        Reduction(None, "sum", f64, False)
+        c.wait_sends()
+        times.append(time.thread_time() - t0)
+    times.sort()
+    return times[reps // 4]
+
+
+def _busy_step(call, local, iters=40):
     """(α_busy, c_gen).  α_busy: time of one step of an 8-byte recursive-doubling
     all-reduce run by every rank at once (the lower quartile, over the steps it
-    takes, as rank 0 sees it).  c_gen: the median of the same all-reduce made of
-    fresh calls less the median inside one call (where ranks outnumber cores a
-    call's Python also waits for a core: it is measured so, not scaled)."""
+    takes, as rank 0 sees it).  c_gen: the median over adjacent pairs of the
+    same all-reduce made a fresh call less one run inside this call, and at
+    least the general path's own CPU (_general_cpu) times the ranks per core
+    where they outnumber the cores (ranks in lockstep: every µs one spends
+    costs that many µs of wall, docs/torch.md).  The pairs alone came out
+    anywhere from 0 to 10x between calibrations where ranks outnumber cores."""
     inside, fresh = _rd_times(call, iters)
-    busy = inside[len(inside) // 4] / _rd_steps(call.size)
-    return busy, max(0.0, fresh[iters // 2] - inside[iters // 2])
+    busy = sorted(inside)[len(inside) // 4] / _rd_steps(call.size)
+    diffs = sorted(f - i for f, i in zip(fresh, inside))
+    if call.rank != 0:                  # rank 0's figures are the ones broadcast
+        return busy, 0.0
+    floor = _general_cpu(call) * max(1.0, local / _cores())
+    return busy, max(floor, diffs[len(diffs) // 2])
 
 
 def _quartile_time(fn, reps=9):
@@ -388,7 +416,7 @@ def params(comm, timeout=None, serving=None):
                 quiet = _measure_pair(call, net_pair, vals, 7) and quiet
             elif net_pair:
                 vals[7:9] = vals[1:3]
-            busy, gen = _busy_step(call)   # every rank at once: 8-byte recursive doubling
+            busy, gen = _busy_step(call, local)   # every rank at once: 8-byte recursive doubling
             if comm.size == 2:
                 busy = vals[1]
             if r == 0:
