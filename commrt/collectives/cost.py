@@ -70,12 +70,12 @@ from commrt.rendezvous import netif
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 
-# 9: c_gen (the general path's own cost per call); 8: measured once every rank has arrived (α and α_busy of 7 could include ranks
+# 10: c_gen has a CPU floor; 9: c_gen (the general path's own cost per call); 8: measured once every rank has arrived (α and α_busy of 7 could include ranks
 # still loading their modules: α 73 µs at N = 8 on 2 cores, 2.8 µs after);
 # 7: γ of the C combine loop, not Numba's; 6: the network class (α_net, β_net) and
 # the link in the key; 5: shm streams in 64 KiB chunks (β changed); 4: below
 # COMMRT_CMA_MIN_BYTES streams
-CACHE_VERSION = 9
+CACHE_VERSION = 10
 GAMMA_SMALL, GAMMA_LARGE = 1 << 20, 16 << 20   # sizes γ and γ_mem are measured at
 NOISY = 3.0   # α's lower quartile over its fastest sample beyond which the host was busy
 
