@@ -14,6 +14,9 @@
     α_net, β_net  α and β of the network class: a step between ranks on
             different hosts (0 on one host).  α, β are the shared-memory
             class's where some host holds two ranks, else the network's.
+    α_plan  one round of the dissemination barrier's prepared plan, every rank at
+            once: the α and α_busy of a step of an algorithm that runs on a
+            plan at that size (one host).
     c_gen   seconds the general path adds to a call (its Call, checks and the
             Python between steps), every rank calling at once: an 8-byte
             recursive doubling made of fresh calls, less the same steps run
@@ -70,12 +73,12 @@ from commrt.rendezvous import netif
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 
-# 10: c_gen has a CPU floor; 9: c_gen (the general path's own cost per call); 8: measured once every rank has arrived (α and α_busy of 7 could include ranks
+# 11: α_plan; 10: c_gen has a CPU floor; 9: c_gen (the general path's own cost per call); 8: measured once every rank has arrived (α and α_busy of 7 could include ranks
 # still loading their modules: α 73 µs at N = 8 on 2 cores, 2.8 µs after);
 # 7: γ of the C combine loop, not Numba's; 6: the network class (α_net, β_net) and
 # the link in the key; 5: shm streams in 64 KiB chunks (β changed); 4: below
 # COMMRT_CMA_MIN_BYTES streams
-CACHE_VERSION = 10
+CACHE_VERSION = 11
 GAMMA_SMALL, GAMMA_LARGE = 1 << 20, 16 << 20   # sizes γ and γ_mem are measured at
 NOISY = 3.0   # α's lower quartile over its fastest sample beyond which the host was busy
 
@@ -97,6 +100,7 @@ class Params:
     beta_net: float = 0.0
     hosts: int = 1
     call: float = 0.0       # c_gen: what the general path adds to a call without a plan
+    alpha_plan: float = 0.0  # α of a step of a prepared plan's chain (0: not measured)
 
     def net(self, share=1):
         """The parameters of a step across hosts, ``share`` ranks of a host sending
@@ -161,7 +165,7 @@ def _cache_key(transport, local, hosts=1):
 
 
 FIELDS = ("alpha", "beta", "gamma", "mu", "alpha_busy", "gamma_mem", "alpha_net", "beta_net",
-          "call")
+          "call", "alpha_plan")
 
 
 def _load(transport, local, hosts=1):
@@ -294,6 +298,32 @@ def _busy_step(call, local, iters=40):
     return busy, max(floor, diffs[len(diffs) // 2])
 
 
+def _plan_step(call, iters=40):
+    """α_plan: seconds of one round of the dissemination barrier's prepared plan
+    (the compiled chain every planned collective runs), every rank at once: the
+    median over iters barriers, per round.  The barriers' sequence numbers
+    and history entries are given back afterwards (every rank does the same),
+    so the user's calls keep their numbers."""
+    from commrt.collectives import _small
+
+    comm, st = call.comm, call.state
+    plan = st.small.get("barrier") or _small.prepare_barrier(comm, st)
+    seq, history = st.seq, list(st.history)
+    times = []
+    try:
+        for i in range(iters + 4):
+            t0 = time.perf_counter()
+            _small.run(comm, st, plan.tmp, plan)
+            if i >= 4:
+                times.append(time.perf_counter() - t0)
+    finally:
+        st.seq = seq
+        st.history.clear()
+        st.history.extend(history)
+    times.sort()
+    return times[len(times) // 2] / max(1, math.ceil(math.log2(comm.size)))
+
+
 def _quartile_time(fn, reps=9):
     """(lower quartile, fastest) of reps timed calls after one untimed."""
     fn()
@@ -417,6 +447,7 @@ def params(comm, timeout=None, serving=None):
             elif net_pair:
                 vals[7:9] = vals[1:3]
             busy, gen = _busy_step(call, local)   # every rank at once: 8-byte recursive doubling
+            plan_step = _plan_step(call)
             if comm.size == 2:
                 busy = vals[1]
             if r == 0:
@@ -427,7 +458,7 @@ def params(comm, timeout=None, serving=None):
                 quiet = quiet and gamma_mem < NOISY * fastest and gamma_mem < 2 * NOISY * gamma
                 gamma_mem = min(gamma_mem, 2 * NOISY * gamma)
                 vals[3:7] = (gamma, _measure_mu(), busy, gamma_mem)
-                vals[9] = gen
+                vals[9:11] = (gen, plan_step)
             _bcast.run(call, vals, 0)
             call.wait_sends()
             if r == 0 and quiet:
@@ -462,8 +493,14 @@ def predict(collective, comm, nbytes, p=None):
     for name, mod in registry.table()[collective].items():
         check = getattr(mod, "eligible", None)
         if check is None or check(comm):
-            t = mod.cost(comm.size, nbytes, _link(mod, p), comm)
-            if not plans.applies(collective, name, comm.size, nbytes):
+            q = _link(mod, p)
+            planned = plans.applies(collective, name, comm.size, nbytes)
+            if planned and p.alpha_plan and p.hosts <= 1:
+                # its steps are the compiled chain's, not the general path's
+                q = replace(q, alpha=min(q.alpha, p.alpha_plan),
+                            alpha_busy=min(q.alpha_busy, p.alpha_plan))
+            t = mod.cost(comm.size, nbytes, q, comm)
+            if not planned:
                 t += p.call
             out[name] = t
     return out

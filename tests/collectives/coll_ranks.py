@@ -539,3 +539,18 @@ def calibration_timeout(comm):
     except CommTimeoutError as exc:
         return str(exc)
     return "no error"
+
+
+def calibration_leaves_numbers(comm):
+    """The first all-reduce calibrates the cost model inside it (its barrier plan
+    and fresh calls among it): afterwards the user's calls are numbered 0, 1, ...
+    and the history holds them only."""
+    from commrt.collectives.state import state_of
+
+    x = np.ones(4, np.float32)
+    C.all_reduce(comm, x)
+    st = state_of(comm)
+    after_first = (st.seq, [e[0] for e in st.history])
+    C.all_reduce(comm, x, algorithm="tree")
+    assert np.all(x == comm.size ** 2)
+    return after_first, st.seq

@@ -156,6 +156,16 @@ def test_errors_name_the_users_call_not_the_calibration(cost_env):
     assert "all_reduce #0" in msg and "calibrate #" not in msg, msg
 
 
+def test_calibration_leaves_the_users_call_numbers(cost_env):
+    env = dict(cost_env, COMMRT_COST_CACHE="")      # measure: calibrate runs in the call
+    with World(3, transport="shm", env=env, timeout=60) as w:
+        for (seq, history), later in w.run(R.calibration_leaves_numbers, timeout=30):
+            assert seq == 1 and later == 2, (seq, later)
+            # the user's call and the calibration's own record (serving it: seq 0);
+            # none of the barriers and fresh calls calibrate ran inside it
+            assert history == [0, 0], history
+
+
 def test_dead_rank_fails_others_fast(tmp_path):
     with World(3, transport="shm", timeout=60) as w:
         with pytest.raises(WorldError, match="rank 2"):

@@ -72,7 +72,7 @@ def test_gamma_grows_from_cache_to_memory_speed():
 def test_cache_is_keyed_by_ranks_per_host_and_versioned(tmp_path, monkeypatch):
     path = tmp_path / "cost.json"
     monkeypatch.setenv("COMMRT_COST_CACHE", str(path))
-    values = (1e-6, 2e-10, 3e-11, 4e-11, 5e-6, 6e-11, 7e-5, 8e-9, 9e-6)
+    values = (1e-6, 2e-10, 3e-11, 4e-11, 5e-6, 6e-11, 7e-5, 8e-9, 9e-6, 1e-6)
     assert len(values) == len(cost.FIELDS)
     cost._store("shm", 4, values)
     assert cost._load("shm", 4) == values
@@ -185,3 +185,22 @@ def test_the_general_paths_own_cost_goes_to_algorithms_without_a_plan():
     for name, t in withc.items():
         charged = not plans.applies("all_reduce", name, 3, 8)
         assert t == pytest.approx(without[name] + (20e-6 if charged else 0.0))
+
+
+def test_a_planned_algorithm_steps_at_the_chains_alpha():
+    """α_plan (a round of the barrier's prepared plan) replaces α and α_busy for
+    the algorithms that run on a plan at that size; the others keep the general
+    path's, and c_gen."""
+    from commrt.collectives import plans
+
+    world = _World(3)
+    p = cost.Params(alpha=3e-6, beta=5e-11, gamma=4e-11, alpha_busy=9e-6, local=3, cores=2,
+                    segment=256 << 10, call=4e-6)
+    slow = cost.predict("all_reduce", world, 8, p)
+    fast = cost.predict("all_reduce", world, 8, dataclasses.replace(p, alpha_plan=1e-6))
+    for name in slow:
+        if plans.applies("all_reduce", name, 3, 8):
+            assert fast[name] < slow[name]
+        else:
+            assert fast[name] == slow[name]
+    assert cost.cheapest(fast) == "recursive_doubling"
