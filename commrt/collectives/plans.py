@@ -231,7 +231,13 @@ def applies(collective, algo, n, nbytes):
         if algo == "rabenseifner":
             return pow2 and nbytes <= _small.RANGED_MAX_BYTES
         return False
-    return (collective, algo) in LAYOUTS and nbytes <= MAX_BYTES
+    if (collective, algo) not in LAYOUTS or nbytes > MAX_BYTES:
+        return False
+    if (collective, algo) == ("reduce_scatter", "direct"):     # its layout's limit
+        return n == 2 or nbytes // n <= config.get("COMMRT_EAGER_LIMIT")
+    if (collective, algo) == ("all_gather", "bruck"):          # its scratch's
+        return nbytes <= MAX_TMP_BYTES
+    return True
 
 
 def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_count,
@@ -249,10 +255,18 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
         return
     if max(nbytes, in_nbytes) > MAX_BYTES:
         return
+    # calls like this one that could not have a plan are not tried again: building
+    # the schedule and its layout costs more than the call (20-50 µs of Python)
+    miss = st.cache.get("no plan")
+    if miss is not None and (key, algo) in miss:
+        return
     dtype = np.dtype(dtype)
     steps, tmp_nbytes = layout(n, r, mod.schedule(n, r, sched_count, root), block,
                                dtype.itemsize, root, hook)
     if steps is None or (tmp_nbytes or 0) > MAX_TMP_BYTES:
+        if miss is None or len(miss) >= 4 * _small.MAX_PLANS:      # bounded
+            miss = st.cache["no plan"] = set()
+        miss.add((key, algo))
         return
     tmp = None if tmp_nbytes is None else np.empty(tmp_nbytes, np.uint8)
     avg = op is not None and op.name == "AVG"

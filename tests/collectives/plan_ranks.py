@@ -237,3 +237,27 @@ def no_spin(comm, kind):
     on = [p.chain.spin for p in comm.state["collectives"].small.values()]
     general_on = [call(comm, kind, 20 + i, 7, general=True) for i in range(3)]
     return off, made, on, planned_out, general_off, general_on, planned(comm, kind, 7)
+
+
+def no_plan_remembered(comm):
+    """A reduce-scatter whose blocks are above the eager limit on more than two
+    ranks has no plan (its layout refuses it): the first call records that, the
+    later ones look it up instead of building the schedule again."""
+    from unittest import mock
+
+    from commrt.collectives import registry
+
+    m = 8192                              # 32 KiB float32 blocks: above 16 KiB
+    buf = np.ones(comm.size * m, np.float32)
+    out = np.empty(m, np.float32)
+    st = C.state_of(comm)
+    comm.reduce_scatter(out, buf)
+    assert np.all(out == comm.size)
+    algo = C._cost.choose("reduce_scatter", comm, buf.nbytes)
+    miss = set(st.cache.get("no plan", ()))
+    mod = registry.module("reduce_scatter", algo)
+    with mock.patch.object(mod, "schedule", side_effect=AssertionError("built again")):
+        for _ in range(3):
+            comm.reduce_scatter(out, buf)
+    assert np.all(out == comm.size)
+    return algo, len(miss), "reduce_scatter" in str(miss)

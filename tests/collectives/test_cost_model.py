@@ -174,6 +174,13 @@ def test_the_general_paths_own_cost_goes_to_algorithms_without_a_plan():
     assert not plans.applies("broadcast", "pipeline", 4, 8)
     assert not plans.applies("broadcast", "binomial", 4, 64 << 20)
     assert not plans.applies("all_reduce", "recursive_doubling", 1, 8)
+    # the layouts' own limits: the direct reduce-scatter's blocks (eager, beyond two
+    # ranks), bruck's scratch
+    assert plans.applies("reduce_scatter", "direct", 4, 64 << 10)
+    assert not plans.applies("reduce_scatter", "direct", 4, 128 << 10)
+    assert plans.applies("reduce_scatter", "direct", 2, 1 << 20)
+    assert plans.applies("all_gather", "bruck", 4, 1 << 20)
+    assert not plans.applies("all_gather", "bruck", 4, 2 << 20)
 
     world = _World(3)
     p = cost.Params(alpha=3e-6, beta=5e-11, gamma=4e-11, alpha_busy=5e-6, local=3, cores=2,

@@ -129,3 +129,10 @@ def test_timeout_on_the_plan_is_the_general_paths():
     # (the error's type proves the path: the call's deadline, not the world's, ended it)
     assert kind0 == "CommTimeoutError" and "broadcast #" in msg0 and "rank 1" in msg0, msg0
     assert kind1 != "no error" and has_plan, (kind1, msg1)
+
+
+def test_a_call_without_a_plan_is_not_prepared_again():
+    with World(3, transport="shm", env={"COMMRT_REDUCE_SCATTER_ALGO": "direct"},
+               timeout=60) as w:
+        for algo, missed, named in w.run(P.no_plan_remembered):
+            assert algo == "direct" and missed == 1 and named, (algo, missed, named)
