@@ -104,7 +104,9 @@ def cost(n, nbytes, p, comm=None):
     seg = half / c
     g = p.g(seg)
     d = depth(n)
-    lat = 2 * d * p.step(n) + (c - 1) * 3 * p.alpha
+    # every further segment waits on a parent or child: a context switch where
+    # ranks outnumber cores (as the ring's segments)
+    lat = 2 * d * p.step(n) + (c - 1) * 3 * p.step(n)
     crit = 2 * d * seg * (p.beta + g) + (c - 1) * seg * (4 * p.beta + 2 * g)
     return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
 

@@ -42,7 +42,9 @@ def cost(n, nbytes, p, comm=None):
     # the busiest node per segment: the root receives and reduces its children's;
     # rank 1 also receives the parent's result
     per_seg = max(kids, (3 < n) + (4 < n) + 1) * seg * (p.beta + g) - (seg * g if n > 3 else 0)
-    lat = 2 * depth * p.step(n) + (c - 1) * (kids + 1) * p.alpha
+    # every further segment waits on a parent or child: a context switch where
+    # ranks outnumber cores (as the ring's segments)
+    lat = 2 * depth * p.step(n) + (c - 1) * (kids + 1) * p.step(n)
     crit = 2 * depth * seg * (p.beta + g) + (c - 1) * per_seg
     return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
 
