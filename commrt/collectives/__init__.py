@@ -245,6 +245,32 @@ def _barrier(comm, *, timeout=None, async_op=False):
     return execute(call, lambda: mod.run(call), async_op)
 
 
+def _async_plan(comm, buf, key):
+    """An async all-reduce run by the worker along its prepared plan (a power of
+    two's: _small.py), or None.  Its sequence number is taken here, in call
+    order, as a general call's is; anything unusual hands over to a Call as on
+    the caller's thread.  The chain spins as it would on the caller's thread:
+    without spinning while nobody waited yet (as the general path's waits on
+    the worker), a 100 KiB async all-reduce waited for at once took 330-346 µs
+    through torch.distributed, against 300 on the general path and 141 so
+    (N = 2; DDP's step on bench torch's CNN 3.28-3.31 -> 3.04 ms, at N = 4
+    8.07-8.53 -> 7.20-7.53)."""
+    st = state_of(comm)
+    plan = st.small.get(key)
+    if plan is None or plan.sched or not (buf.flags.c_contiguous and buf.flags.writeable):
+        return None
+    seq = st.seq
+    st.seq = seq + 1
+    st.history.append((seq, plan.base, plan.meta2))    # (readers OR the seq in)
+    call = Call(comm, "all_reduce", count=plan.count, dtype=plan.dtype, op=plan.op,
+                algo=plan.algo, seq=seq)     # names the request; resumed: nothing taken
+
+    def run():
+        _small.finish_go(comm, st, buf, plan, seq, -2)
+        return buf
+    return st.submit(call, run)
+
+
 @entry
 def _broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("broadcast", algorithm, timeout, async_op, root, buf)
@@ -294,12 +320,18 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
     flat, done = _host(buf, "buf", True)
     op, red = _reducer(comm, op, flat.dtype)
     if algorithm is None:
+        if async_op and key is None and timeout is None and type(buf) is _ndarray:
+            key = (buf.shape, buf.dtype, op)     # the worker may run its plan (_async_plan)
         algorithm = _cost.choose("all_reduce", comm, flat.nbytes, timeout)
         if algorithm == "recursive_doubling" and key is not None:
             _small.prepare(comm, state_of(comm), buf, key, op)
             plans.prepare_all_reduce(comm, state_of(comm), key, buf, op, red)
         elif algorithm == "rabenseifner" and key is not None:
             _small.prepare_rabenseifner(comm, state_of(comm), buf, key, op, red.hook)
+        if async_op and key is not None:
+            req = _async_plan(comm, buf, key)
+            if req is not None:
+                return req
     mod = registry.module("all_reduce", algorithm)
     call = Call(comm, "all_reduce", count=flat.size, dtype=flat.dtype, op=op, algo=algorithm,
                 timeout=timeout)

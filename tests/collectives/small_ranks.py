@@ -224,3 +224,54 @@ def memo_switches(comm, rounds=3):
         C.all_reduce(comm, i2, "SUM")
         out.append(i2.tolist() == [float(total)] * 4)
     return out
+
+
+def async_planned(comm, seed, n, dtype, op, calls=4):
+    """Async all-reduces (waited together, with a blocking one between) once their
+    plan exists: exact, bitwise equal across ranks, and run along the plan by
+    the worker (_async_plan).  Returns (digests, how many ran on the plan)."""
+    from unittest import mock
+
+    from commrt.collectives import _small
+
+    x = data(seed, comm.rank, n, dtype, op)
+    C.all_reduce(comm, x, op)                            # the plan, made on this thread
+    ran = []
+    real = _small.finish_go
+
+    def counted(*a):
+        ran.append(1)
+        return real(*a)
+    out = []
+    with mock.patch.object(_small, "finish_go", counted):
+        for i in range(calls):
+            xs = [data(seed + i + k, comm.rank, n, dtype, op) for k in range(3)]
+            reqs = [C.all_reduce(comm, xs[0], op, async_op=True),
+                    C.all_reduce(comm, xs[1], op, async_op=True)]
+            C.all_reduce(comm, xs[2], op)                # a blocking one behind them
+            for r in reqs:
+                r.wait(30)
+            for k, xk in enumerate(xs):
+                want, tol = reference(seed + i + k, comm.size, n, dtype, op)
+                check(xk.reshape(-1), want, tol, f"async planned {op} {dtype} n={n} {i}/{k}")
+                out.append(digest(xk))
+    return out, len(ran)
+
+
+def async_mismatch(comm):
+    """An async planned all-reduce against a rank calling it with another op: the
+    mismatch is raised by wait() on every rank, not a hang."""
+    sub = C.new_group(comm, list(range(comm.size)))      # the mismatch aborts sub only
+    x = np.ones(4, np.float32)
+    for _ in range(2):
+        C.all_reduce(sub, x, "SUM")
+        C.all_reduce(sub, x, "MAX")
+    # a fast rank's abort of sub must not reach a slow one still leaving a barrier
+    # of sub: synchronise on the parent's context (as mismatch() does)
+    C.barrier(comm)
+    req = C.all_reduce(sub, x, "SUM" if comm.rank == 0 else "MAX", async_op=True)
+    try:
+        req.wait(30)
+    except CollectiveMismatchError as exc:
+        return "raised", str(exc)
+    return "no error", ""

@@ -157,3 +157,18 @@ def test_async_collectives_shorten_the_switch_interval():
         with World(2, env=env, timeout=60) as w:
             for before, after in w.run(S.switch_interval):
                 assert before == 0.005 and abs(after - want) < 1e-9, (env, before, after)
+
+
+@pytest.mark.parametrize("dtype,op,n", [("float32", "SUM", 1000), ("float64", "AVG", 6),
+                                        ("int32", "MAX", 25_578)])
+def test_async_calls_run_their_plan_on_the_worker(world, dtype, op, n):
+    res = world.run(S.async_planned, 5, n, dtype, op)
+    digests = [r[0] for r in res]
+    assert all(d == digests[0] for d in digests), "ranks disagree bitwise"
+    for _, ran in res:
+        assert ran >= 8, ran          # the 8 async calls (a blocking one may fall behind them)
+
+
+def test_an_async_planned_mismatch_raises_on_every_rank(world):
+    for where, msg in world.run(S.async_mismatch, timeout=60):
+        assert where == "raised" and "mismatch" in msg, (where, msg)
