@@ -20,9 +20,10 @@
     c_gen   seconds the general path adds to a call (its Call, checks and the
             Python between steps), every rank calling at once: an 8-byte
             recursive doubling made of fresh calls, less the same steps run
-            inside one, and at least its CPU alone times ranks per core.  Charged to the algorithms that have no prepared plan
-            at that size (plans.applies): 7 µs a call at N = 2 here, but
-            20-60 µs where ranks outnumber cores, when a planned call takes 5.
+            inside one, and at least its CPU alone times ranks per core.
+            Charged to the algorithms that have no prepared plan at that
+            size (plans.applies): 3 µs a call at N = 2 here, 5-60 µs where
+            ranks outnumber cores.
 
 Link classes.  On several hosts a flat algorithm (ring, tree, Rabenseifner,
 ...) runs in lockstep, so its steps go at the network's pace: it is costed
@@ -73,7 +74,8 @@ from commrt.rendezvous import netif
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 
-# 11: α_plan; 10: c_gen has a CPU floor; 9: c_gen (the general path's own cost per call); 8: measured once every rank has arrived (α and α_busy of 7 could include ranks
+# 11: α_plan; 10: c_gen has a CPU floor; 9: c_gen (the general path's own cost
+# per call); 8: measured once every rank has arrived (α and α_busy of 7 could include ranks
 # still loading their modules: α 73 µs at N = 8 on 2 cores, 2.8 µs after);
 # 7: γ of the C combine loop, not Numba's; 6: the network class (α_net, β_net) and
 # the link in the key; 5: shm streams in 64 KiB chunks (β changed); 4: below
@@ -230,6 +232,19 @@ def _rd_steps(n):
     return int(math.log2(p2)) + (2 if rem else 0)
 
 
+def _fresh_call(call):
+    """A Call and a reducer as the general path makes them for a user's call, on
+    the calibration's sequence number (resumed: nothing consumed or recorded)."""
+    from commrt.collectives.call import Call
+    from commrt.collectives.reduction import Reduction
+
+    f64 = np.dtype(np.float64)
+    c = Call(call.comm, "calibrate", count=1, dtype=f64, algo="binomial", seq=call.seq,
+             timeout=call.timeout)
+    c.deadline = call.deadline
+    return c, Reduction(None, "sum", f64, False)
+
+
 def _rd_times(call, iters):
     """(inside, fresh): seconds of 8-byte recursive-doubling all-reduces run
     by every rank at once, alternately inside `call` and each as a call of its
@@ -237,21 +252,14 @@ def _rd_times(call, iters):
     user's call (its sequence number the calibration's: nothing is consumed or
     recorded).  Alternated, so that a slow spell of the host hits both."""
     from commrt.collectives.all_reduce import recursive_doubling
-    from commrt.collectives.call import Call
     from commrt.collectives.reduction import Reduction
 
     buf = np.zeros(1, np.float64)
-    f64 = np.dtype(np.float64)
-    add = Reduction(None, "sum", f64, False)
+    add = Reduction(None, "sum", np.dtype(np.float64), False)
     inside, fresh = [], []
     for i in range(2 * iters + 4):
         t0 = time.perf_counter()
-        c, red = call, add
-        if i & 1:
-            c = Call(call.comm, "calibrate", count=1, dtype=f64, algo="binomial",
-                     seq=call.seq, timeout=call.timeout)
-            c.deadline = call.deadline
-            red = Reduction(None, "sum", f64, False)
+        c, red = _fresh_call(call) if i & 1 else (call, add)
         recursive_doubling.run(c, buf, red)
         c.wait_sends()
         if i >= 4:
@@ -264,16 +272,10 @@ def _general_cpu(call, reps=200):
     messages (a fresh Call with its fingerprint, a reducer, the wait for its
     sends), timed on this rank alone: no message moves, so no other rank's
     scheduling enters it (the lower quartile of reps)."""
-    from commrt.collectives.call import Call
-    from commrt.collectives.reduction import Reduction
-
-    f64 = np.dtype(np.float64)
     times = []
     for _ in range(reps):
         t0 = time.thread_time()     # CPU: the other ranks share the cores meanwhile
-        c = Call(call.comm, "calibrate", count=1, dtype=f64, algo="binomial", seq=call.seq,
-                 timeout=call.timeout)
-        Reduction(None, "sum", f64, False)
+        c, _ = _fresh_call(call)
         c.wait_sends()
         times.append(time.thread_time() - t0)
     times.sort()
