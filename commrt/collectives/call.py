@@ -79,7 +79,7 @@ class Call:
     """One collective call on one rank: its fingerprint and its messages."""
 
     def __init__(self, comm, kind, *, count=0, dtype=None, op=None, root=0, algo="-",
-                 timeout=None, seq=None, serving=None, label=None):
+                 timeout=None, seq=None, serving=None, label=None, outer=None):
         """seq: the sequence number of a call already begun (and recorded) by the
         small-message path (collectives/_small.py), which hands it over here.
         serving: the user's collective (its kind) this internal call runs for, on
@@ -87,7 +87,12 @@ class Call:
         that call is about to take, without consuming it, so errors and
         sequence numbers name the user's calls only.
         label: the name errors give this call (a step of the user's call on a
-        derived communicator, e.g. hierarchical's host reduce)."""
+        derived communicator, e.g. hierarchical's host reduce).
+        outer: the user's call this one is a step of (its label's): the abort of
+        the outer call's context stops this call's waits too.  A rank that fails
+        in one step aborts the outer context only; its peers may be waiting in
+        another step on another derived context, which that abort never
+        reaches."""
         st = state_of(comm)
         if st.poisoned is not None:
             raise comm.channel.aborted() or AbortedError(f"communicator unusable after an "
@@ -120,6 +125,7 @@ class Call:
         self.sends = []
         self.probe_s = st.probe_s
         self.worker = False                      # run by the async worker thread
+        self.outer = outer
 
     @property
     def spin(self):
@@ -167,7 +173,7 @@ class Call:
     # messages ------------------------------------------------------------------------
     def isend(self, buf, dst):
         req = self.chan.isend(buf, dst, TAG, self.meta, self.meta2)
-        self.sends.append(req)
+        self.sends.append((req, dst))
         return req
 
     def irecv(self, buf, src, copier=0):
@@ -235,7 +241,7 @@ class Call:
                                         self.meta2)
         except CommError as exc:
             self._failed(exc, src)
-        return self.complete_exchange(rq, sq, src, rbuf.nbytes)
+        return self.complete_exchange(rq, sq, src, rbuf.nbytes, dst)
 
     def exchange_combine(self, sbuf, dst, rbuf, src, red, slot="xcombine"):
         """exchange() whose received message is combined into rbuf (rbuf = rbuf OP
@@ -247,10 +253,11 @@ class Call:
         red(rbuf, tmp)
         return st
 
-    def complete_exchange(self, rq, sq, src, nbytes):
+    def complete_exchange(self, rq, sq, src, nbytes, dst=None):
         """Finish an exchange already posted (by exchange(), or by the small path
-        before it handed the call over): wait for the receive and check it."""
-        self.sends.append(sq)
+        before it handed the call over): wait for the receive and check it.
+        dst: where sq goes (default src)."""
+        self.sends.append((sq, src if dst is None else dst))
         st = self._wait_req(rq, src)
         if st.meta != self.meta or st.meta2 != self.meta2 or st.nbytes != nbytes:
             self._mismatch(src, (st.meta, st.meta2), st.nbytes, nbytes)
@@ -277,8 +284,8 @@ class Call:
             sends, self.sends = self.sends, []
         else:
             sends, self.sends = self.sends[:first], self.sends[first:]
-        for req in sends:
-            self._wait_req(req, None)
+        for req, dst in sends:
+            self._wait_req(req, dst)    # a timeout names the rank that did not take it
 
     def finish(self):
         self.wait_sends()
@@ -301,11 +308,21 @@ class Call:
             if time.monotonic() >= probe_at:
                 # aborted meanwhile (another rank failed) while this request was
                 # already matched, so the abort did not fail it: stop waiting
-                first = self.chan.aborted()
+                first = self._aborted()
                 if first is not None:
                     raise first
                 self._probe(peer)
                 probe_at = time.monotonic() + min(self.probe_s, 0.5)
+
+    def _aborted(self):
+        """The abort of this call's context or of an outer call's, or None."""
+        call = self
+        while call is not None:
+            first = call.chan.aborted()
+            if first is not None:
+                return first
+            call = call.outer
+        return None
 
     def _failed(self, exc, peer):
         """A request of this call failed with exc: raise what this rank reports

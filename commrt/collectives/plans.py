@@ -345,7 +345,7 @@ def _finish_step(call, step, reqs):
             continue
         q = next(it)
         if kind == SEND:
-            call.sends.append(q)
+            call.sends.append((q, peer))
         else:
             recvs.append(Recv(q, peer, nbytes))
     call.waitall(recvs)

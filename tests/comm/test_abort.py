@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from commrt.collectives import ALGORITHMS
 from commrt.errors import FailureCode
 from commrt.testing import World
 
@@ -47,6 +48,23 @@ def test_a_timeout_on_one_rank_aborts_the_collective_everywhere(transport):
     for r in res:                                              # and it stays aborted
         assert r["later"] is not None and r["later"]["code"] == FailureCode.TIMEOUT, r
     assert took < 40
+
+
+@pytest.mark.parametrize("algo", list(ALGORITHMS["all_reduce"]))
+def test_a_timeout_aborts_every_all_reduce_algorithm_everywhere(algo):
+    """The same with each algorithm forced: a timed-out send names the rank that did
+    not take it (N = 3: recursive doubling's fold), and ranks waiting in a step
+    on a derived communicator (dbtree's trees, hierarchical's host steps) stop
+    on the abort of the user's call's context."""
+    env = {**ENV, "COMMRT_ALLREDUCE_ALGO": algo}
+    with World(3, transport="shm", env=env, timeout=60) as w:
+        res = w.run(R.one_rank_times_out, timeout=50)
+    culprit = res[0]["rank"]
+    assert res[0]["type"] == "CommTimeoutError" and culprit in (1, 2), res[0]
+    for rank in (1, 2):
+        r = res[rank]
+        assert r["type"] == "CommTimeoutError" and r["rank"] == culprit, (algo, rank, r)
+        assert r["s"] < 10, (algo, rank, r)
 
 
 @pytest.mark.parametrize("transport", ["tcp", "shm"])

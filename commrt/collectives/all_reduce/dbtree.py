@@ -202,7 +202,7 @@ def run(call, buf, red):
         return
     b = bounds(buf.size, 2)
     comms = communicators(call)
-    kw = dict(count=call.count, dtype=call.dtype, op=call.op, timeout=call.timeout)
+    kw = dict(count=call.count, dtype=call.dtype, op=call.op, timeout=call.timeout, outer=call)
     trees = []
     for t in (0, 1):
         if b[t + 1] > b[t]:

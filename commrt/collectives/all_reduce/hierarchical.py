@@ -108,7 +108,7 @@ def run(call, buf, red):
     if call.size == 1:
         return
     local, mine, leaders, heads = communicators(call)
-    kw = dict(count=call.count, dtype=call.dtype, op=call.op, timeout=call.timeout)
+    kw = dict(count=call.count, dtype=call.dtype, op=call.op, timeout=call.timeout, outer=call)
     if local.size > 1:
         with _in_parent_ranks(mine):
             sub = Call(local, "reduce", algo="binomial", label=f"{call.name} (its host reduce)",
