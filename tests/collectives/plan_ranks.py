@@ -106,6 +106,15 @@ def same_results(comm, kind, n, dtype, op, root):
     return planned_out, general_out, planned(comm, kind, n)
 
 
+def layout_results(comm, kind, n, root):
+    """same_results on the algorithm COMMRT_<KIND>_ALGO forces, with the algorithms
+    of the plans comm then holds for kind."""
+    res = same_results(comm, kind, n, "float32", "SUM", root)
+    algos = sorted({p.algo for p in comm.state["collectives"].small.values()
+                    if isinstance(p, SchedPlan) and p.kind == kind})
+    return res, algos
+
+
 def traffic(comm, kind, n, root=0):
     """Per-peer payload bytes sent and received, and header bytes, of one planned and
     one general call (after a warm-up that prepares the plan)."""

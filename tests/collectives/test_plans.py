@@ -10,6 +10,7 @@ import json
 import pytest
 
 import plan_ranks as P
+from commrt.collectives import plans
 from commrt.testing import World, WorldError
 
 # the all-reduce's plans are recursive doubling's (whatever the cost model would
@@ -67,6 +68,24 @@ def test_large_blocks_on_both_copy_paths(env):
                 res = w.run(P.same_results, kind, 300_000, "float32", "SUM", root)
                 for r, (planned, general, has_plan) in enumerate(res):
                     assert planned == general and has_plan, (kind, root, r)
+
+
+@pytest.mark.parametrize("kind,algo", sorted(plans.LAYOUTS), ids=lambda v: v)
+def test_every_layout_is_planned_where_it_applies(kind, algo):
+    """Each algorithm that has a layout, forced (COMMRT_<KIND>_ALGO), gives the
+    general path's results on its plan, at a size where plans.applies says it
+    runs on one (taken) and, for the layouts with a limit, above it (not taken)."""
+    env = {**ENV, f"COMMRT_{kind.upper()}_ALGO": algo}
+    per_block = kind in ("gather", "scatter", "all_gather", "reduce_scatter", "all_to_all")
+    with World(4, transport="shm", env=env, timeout=120) as w:
+        for n in (7, 3000, 70_000):
+            nbytes = 4 * n * (w.size if per_block else 1)
+            want = plans.applies(kind, algo, w.size, nbytes)
+            for r, ((planned, general, has_plan), algos) in enumerate(
+                    w.run(P.layout_results, kind, n, 3)):
+                assert planned == general, (kind, algo, n, r)
+                assert has_plan == want, (kind, algo, n, r, has_plan)
+                assert set(algos) <= {algo}, (kind, algo, n, r, algos)
 
 
 @pytest.mark.parametrize("kind", P.KINDS)
