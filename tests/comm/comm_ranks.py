@@ -500,3 +500,53 @@ def mixed_orders(comm, kind):
         comm.all_gather(out, x)
         return out.tolist()
     return x.tolist()
+
+
+def _collective(sub, kind, algo, x, timeout):
+    """One call of collective `kind` by algorithm `algo` on sub, root 0, x the
+    buffer each rank contributes (float64)."""
+    import commrt.collectives as C
+
+    n, r, m = sub.size, sub.rank, x.size
+    kw = {"timeout": timeout} if kind == "barrier" else {"algorithm": algo, "timeout": timeout}
+    counts = [m] * n
+    calls = {
+        "barrier": lambda: C.barrier(sub, **kw),
+        "broadcast": lambda: C.broadcast(sub, x, 0, **kw),
+        "reduce": lambda: C.reduce(sub, x, 0, C.SUM, **kw),
+        "all_reduce": lambda: C.all_reduce(sub, x, C.SUM, **kw),
+        "gather": lambda: C.gather(sub, x, np.empty(n * m) if r == 0 else None, 0, **kw),
+        "scatter": lambda: C.scatter(sub, x, np.ones(n * m) if r == 0 else None, 0, **kw),
+        "all_gather": lambda: C.all_gather(sub, np.empty(n * m), x, **kw),
+        "reduce_scatter": lambda: C.reduce_scatter(sub, x, np.ones(n * m), C.SUM, **kw),
+        "all_to_all": lambda: C.all_to_all(sub, np.empty(n * m), np.ones(n * m), **kw),
+        "all_gatherv": lambda: C.all_gatherv(sub, np.empty(n * m), x, counts, **kw),
+        "gatherv": lambda: C.gatherv(sub, x, np.empty(n * m) if r == 0 else None, counts, 0,
+                                     **kw),
+        "scatterv": lambda: C.scatterv(sub, x, np.ones(n * m) if r == 0 else None, counts, 0,
+                                       **kw),
+        "all_to_allv": lambda: C.all_to_allv(sub, np.empty(n * m), np.ones(n * m), counts,
+                                             counts, **kw),
+    }
+    calls[kind]()
+
+
+def each_algorithm_times_out(comm, cases, nbytes):
+    """For each (collective, algorithm) in cases, on a fresh group of every rank:
+    rank 0's call times out (0.2 s); the others call 0.6 s later with a 30 s
+    deadline and must fail at once with the same error.  Returns, per case,
+    this rank's error (as _catch gives it)."""
+    import commrt.collectives as C
+
+    out = []
+    for kind, algo in cases:
+        sub = C.new_group(comm, list(range(comm.size)))
+        x = np.ones(nbytes // 8)
+        comm.barrier()
+        if comm.rank == 0:
+            r = _catch(lambda: _collective(sub, kind, algo, x, 0.2))
+        else:
+            time.sleep(0.6)
+            r = _catch(lambda: _collective(sub, kind, algo, x, 30))
+        out.append(r)
+    return out
