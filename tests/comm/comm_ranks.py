@@ -550,3 +550,15 @@ def each_algorithm_times_out(comm, cases, nbytes):
             r = _catch(lambda: _collective(sub, kind, algo, x, 30))
         out.append(r)
     return out
+
+
+def last_rank_dies_in(comm, kind, algo, nbytes):
+    """The last rank is SIGKILLed 0.5 s after the others enter one call of `kind` by
+    `algo` (30 s deadline); returns this rank's error, or None if its part of
+    the call finished without the dead rank."""
+    x = np.ones(nbytes // 8)
+    comm.barrier()
+    if comm.rank == comm.size - 1:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _catch(lambda: _collective(comm, kind, algo, x, 30))

@@ -73,6 +73,32 @@ def test_a_timeout_aborts_every_collective_and_algorithm_everywhere(nbytes):
             assert r["s"] < 5, (case, rank, r)          # not their 30 s deadline
 
 
+def test_a_dead_rank_fails_every_collective_and_algorithm():
+    """Every collective by every algorithm, 512 KiB a rank: the last rank is
+    killed while the others wait in the call; each survivor either finished
+    its part (it needed nothing more from the dead rank) or fails within
+    seconds with PeerLostError naming it, and at least one fails."""
+    for kind, algos in ALGORITHMS.items():
+        for algo in algos:
+            w = World(3, transport="shm", env=ENV, timeout=60).start()
+            try:
+                for conn in w._conns:
+                    conn.send((R.last_rank_dies_in, (kind, algo, 1 << 19), {}))
+                deadline = time.monotonic() + 30
+                res = []
+                for rank in (0, 1):
+                    status, value = w._receive(rank, deadline)
+                    assert status == "ok", (kind, algo, rank, value)
+                    res.append(value)
+            finally:
+                w.close()
+            assert any(r is not None for r in res), (kind, algo, res)
+            for r in res:
+                if r is not None:
+                    assert r["type"] == "PeerLostError" and r["rank"] == 2, (kind, algo, r)
+                    assert r["s"] < 5, (kind, algo, r)
+
+
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
 def test_every_survivor_names_the_rank_that_died_first(transport):
     """Rank 2 is SIGKILLed; rank 0 leaves as soon as it sees the failure.  The
