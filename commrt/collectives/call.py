@@ -340,7 +340,12 @@ class Call:
         if isinstance(exc, ConcurrentCollectiveError):
             return exc
         told = getattr(exc, "origin", None) is not None      # made from a received abort
-        if told or isinstance(exc, AbortedError):
+        if told and self.chan.aborted() is None:
+            # an abort of a step's own derived context (dbtree's trees, hierarchical's
+            # host steps; a mismatch found there): the ranks waiting in the other
+            # steps hear it only on this call's context (Call.outer)
+            self._abort_here(exc, exc.code, getattr(exc, "rank", None))
+        elif told or isinstance(exc, AbortedError):
             self._relay_abort()
         else:
             code, culprit = FailureCode.ERROR, self.rank
@@ -350,12 +355,7 @@ class Call:
                 code, culprit = FailureCode.TIMEOUT, exc.peer if exc.peer is not None else self.rank
             elif isinstance(exc, CommError):
                 code = exc.code
-            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            reason = f"rank {self.rank} in {self.name}: {what}"[:250]
-            try:
-                self.chan.abort(reason, code=code, culprit=culprit)
-            except CommError:
-                pass
+            self._abort_here(exc, code, culprit)
         try:
             first = self.chan.aborted()
         except CommError:
@@ -365,6 +365,16 @@ class Call:
         if told or first is None or first.origin == self.rank:
             return exc                      # ours is the first failure (or the one we heard)
         return first                        # another rank failed first: name its culprit
+
+    def _abort_here(self, exc, code, culprit):
+        """Abort this call's context on every rank for exc (its code and culprit
+        travel with it)."""
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        reason = f"rank {self.rank} in {self.name}: {what}"[:250]
+        try:
+            self.chan.abort(reason, code=code, culprit=culprit)
+        except CommError:
+            pass
 
     def _relay_abort(self):
         """This rank was told of a failure (another rank's abort): pass the first

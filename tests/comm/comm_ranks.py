@@ -562,3 +562,21 @@ def last_rank_dies_in(comm, kind, algo, nbytes):
         time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGKILL)
     return _catch(lambda: _collective(comm, kind, algo, x, 30))
+
+
+def each_algorithm_mismatched(comm, cases, nbytes):
+    """For each (collective, algorithm) in cases, on a fresh group of every rank,
+    rank 1 passes one element more than the others.  Returns per case this
+    rank's error in the call, and, where the call returned (a rank that only
+    sent), the error of the next collective, which must report it."""
+    import commrt.collectives as C
+
+    out = []
+    for kind, algo in cases:
+        sub = C.new_group(comm, list(range(comm.size)))
+        x = np.ones(nbytes // 8 + (comm.rank == 1))
+        comm.barrier()
+        now = _catch(lambda: _collective(sub, kind, algo, x, 20))
+        later = None if now is not None else _catch(lambda: C.barrier(sub, timeout=20))
+        out.append((now, later))
+    return out

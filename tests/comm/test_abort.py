@@ -73,6 +73,27 @@ def test_a_timeout_aborts_every_collective_and_algorithm_everywhere(nbytes):
             assert r["s"] < 5, (case, rank, r)          # not their 30 s deadline
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("nbytes", [64, 1 << 19])
+def test_a_mismatch_fails_every_collective_and_algorithm_everywhere(transport, nbytes):
+    """Every collective by every algorithm (each on a fresh group), rank 1's count
+    one more than the others': every rank raises CollectiveMismatchError
+    within seconds (dbtree's ranks waiting in the other tree hear it on the
+    call's context), or, where its part of the call only sent, in the next
+    collective.  Never a timeout, never a result."""
+    cases = [(kind, algo) for kind, algos in ALGORITHMS.items() for algo in algos
+             if kind != "barrier"]
+    with World(3, transport=transport, env=ENV, timeout=60) as w:
+        res = w.run(R.each_algorithm_mismatched, cases, nbytes, timeout=len(cases) * 5)
+    for i, case in enumerate(cases):
+        for rank in range(3):
+            now, later = res[rank][i]
+            err = now or later
+            assert err is not None and err["type"] == "CollectiveMismatchError", \
+                (case, rank, now, later)
+            assert now is None or now["s"] < 5, (case, rank, now)
+
+
 def test_a_dead_rank_fails_every_collective_and_algorithm():
     """Every collective by every algorithm, 512 KiB a rank: the last rank is
     killed while the others wait in the call; each survivor either finished
