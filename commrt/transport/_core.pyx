@@ -18,6 +18,7 @@ Status or an exception.  Files included below, in dependency order:
     engine.pxi    message handling, progress, sleeping, progress thread
     chain.pxi     persistent exchange chains (after the Engine: they use its internals)
 """
+cimport cython
 from cpython.buffer cimport (PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT,
                              PyBUF_WRITABLE,
                              PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer)
@@ -83,6 +84,13 @@ cdef class Status:
         return f"Status(source={self.source}, tag={self.tag}, nbytes={self.nbytes})"
 
 
+# no_gc_clear: Cython's generated tp_clear would drop the reference a Py_buffer
+# holds (Py_CLEAR(view.obj)) without releasing the buffer, when the garbage
+# collector breaks a cycle through this object: the exporter then dies with an
+# export open ("deallocated bytearray object has exported buffers"; a memoryview
+# in that state crashes the process) and __dealloc__'s release finds nothing.
+# Cycles through these objects are broken at the other objects in them.
+@cython.no_gc_clear
 cdef class Request:
     """A non-blocking operation.  Holds its buffer until it completes.
 

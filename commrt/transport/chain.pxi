@@ -224,6 +224,7 @@ cdef int chain_go(eng_t *E, step_t *steps, msg_t *msgs, int *at, int last, uint6
     return CH_DONE
 
 
+@cython.no_gc_clear       # its Py_buffers, as Request's (_core.pyx)
 cdef class ExchangeChain:
     """Steps of messages bound once and run many times (Engine.exchange_chain).
 

@@ -1,6 +1,7 @@
 """Functions run on every rank of a test world (importable by spawned children)."""
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -485,3 +486,42 @@ def matching_order(comm):
             wrong.append(((src, tag), got, (s, t, value, count)))
     comm.barrier()
     return wrong
+
+
+def requests_in_garbage_cycles(comm, n=200):
+    """Rank 0 sends n small messages, each Request stored on its own buffer (a
+    bytearray subclass with a __dict__: buffer -> request -> its Py_buffer ->
+    buffer, a cycle only the garbage collector frees).  Returns the lines
+    CPython printed on this rank's stderr about a buffer freed with an export
+    still open (it prints them from the deallocator, on fd 2)."""
+    import gc
+    import tempfile
+
+    class Buf(bytearray):
+        pass
+
+    if comm.rank != 0:
+        out = np.empty(1, np.float64)
+        for _ in range(n):
+            comm.recv(out, 0, tag=5)
+        comm.send(out, 0, tag=6)
+        return []
+    sys.stderr.flush()
+    cap, saved = tempfile.TemporaryFile(), os.dup(2)
+    os.dup2(cap.fileno(), 2)
+    try:
+        for _ in range(n):
+            b = Buf(8)
+            b.req = comm.isend(b, 1, tag=5)
+            del b
+        # a wait in Python sweeps the engine's finished requests: then only the
+        # cycles hold them
+        comm.recv(np.empty(1, np.float64), 1, tag=6)
+        gc.collect()
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+    cap.seek(0)
+    return [line for line in cap.read().decode(errors="replace").splitlines()
+            if "exported buffers" in line]

@@ -5,6 +5,11 @@ sweep that request again)."""
 import subprocess
 import sys
 
+import pytest
+
+import p2p_ranks as P
+from commrt.testing import World
+
 SCRIPT = """
 import numpy as np
 from commrt.transport._core import Engine
@@ -24,3 +29,16 @@ def test_unclosed_engine_with_live_requests_exits_cleanly():
                              timeout=60)
         assert res.returncode == 0 and res.stdout.strip() == "done", (res.returncode, res.stderr)
         assert "Traceback" not in res.stderr, res.stderr
+
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_requests_freed_by_the_garbage_collector_release_their_buffers(transport):
+    """A request in a reference cycle is freed by the garbage collector, which must
+    not drop the reference its Py_buffer holds without releasing the export
+    (Cython's generated tp_clear did: @cython.no_gc_clear now).  CPython then
+    reports "deallocated bytearray object has exported buffers", and a
+    memoryview in that state crashes the process."""
+    with World(2, transport=transport, timeout=60) as w:
+        printed = w.run(P.requests_in_garbage_cycles)
+    assert printed == [[], []], printed
