@@ -116,6 +116,10 @@ def host_array(a, writable, name="buf"):
                          f"copy the result back)")
     if writable and not a.flags.writeable:
         raise ValueError(f"{name} is read-only")
+    if a.dtype.hasobject:       # refused here, before a collective takes its number
+        raise TypeError(f"{name}: an array of dtype {a.dtype} holds pointers (Python objects), "
+                        f"not plain data: send plain numbers, or objects with the *_obj "
+                        f"collectives and send_obj/recv_obj")
     return a.reshape(-1, order="A")
 
 

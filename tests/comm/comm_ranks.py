@@ -580,3 +580,42 @@ def each_algorithm_mismatched(comm, cases, nbytes):
         later = None if now is not None else _catch(lambda: C.barrier(sub, timeout=20))
         out.append((now, later))
     return out
+
+
+BAD_BUFFERS = ("read-only", "non-contiguous", "object dtype")
+
+
+def _bad_buffer(what):
+    if what == "read-only":
+        x = np.ones(64)
+        x.setflags(write=False)
+        return x
+    if what == "non-contiguous":
+        return np.ones(128)[::2]
+    return np.ones(64, dtype=object)
+
+
+def refused_on_one_rank_then_retried(comm, kinds, what):
+    """For each collective kind (on a fresh group): rank 1 passes a bad buffer
+    (`what`) where the others pass a good one, then calls again with a good
+    one.  Returns per kind (rank 1's error type and text or None, the sum of
+    the buffer the call completed with)."""
+    import commrt.collectives as C
+
+    out = []
+    for kind in kinds:
+        sub = C.new_group(comm, list(range(comm.size)))
+        comm.barrier()
+        err = None
+        x = np.ones(64)
+        if comm.rank == 1:
+            bad = _bad_buffer(what)
+            try:
+                _collective(sub, kind, None, bad, 20)
+                x = bad                     # accepted (it only sends from it)
+            except (TypeError, ValueError) as exc:
+                err = (type(exc).__name__, str(exc))
+        if err is not None or comm.rank != 1:
+            _collective(sub, kind, None, x, 20)
+        out.append((err, float(x.sum())))
+    return out

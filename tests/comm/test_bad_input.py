@@ -26,6 +26,30 @@ def test_bad_timeouts_and_ranks_raise_value_error(world2):
         assert set(out.values()) == {"ValueError"}, out
 
 
+COLLECTIVES = ["broadcast", "reduce", "all_reduce", "gather", "scatter", "all_gather",
+               "reduce_scatter", "all_gatherv", "gatherv", "scatterv"]
+
+
+@pytest.mark.parametrize("what", R.BAD_BUFFERS)
+def test_a_buffer_refused_on_one_rank_can_be_passed_again(what):
+    """Every collective: a bad buffer on rank 1 (read-only where it writes into it,
+    non-contiguous, object dtype) raises on rank 1 before the
+    collective takes its number, so the others wait in it and rank 1's call
+    with a good buffer completes it, with the right result everywhere."""
+    with World(3, transport="shm", timeout=60) as w:
+        res = w.run(R.refused_on_one_rank_then_retried, COLLECTIVES, what, timeout=50)
+    sums = {"reduce": [192.0, 64.0, 64.0], "all_reduce": [192.0] * 3,
+            "reduce_scatter": [192.0] * 3}
+    for i, kind in enumerate(COLLECTIVES):
+        err = res[1][i][0]
+        only_sends = kind in ("reduce", "gather", "all_gather", "gatherv", "all_gatherv")
+        if not (only_sends and what == "read-only"):    # rank 1 only sends from buf there
+            assert err is not None and err[0] in ("TypeError", "ValueError"), (kind, err)
+            assert ("read-only" if what == "read-only" else
+                    "contiguous" if what == "non-contiguous" else "pointers") in err[1], (kind, err)
+        assert [res[r][i][1] for r in range(3)] == sums.get(kind, [64.0] * 3), (kind, what)
+
+
 @pytest.mark.parametrize("kind", ["all_reduce", "broadcast", "all_gather"])
 def test_c_and_fortran_arrays_mix_in_collectives(kind):
     with World(3, timeout=60) as w:
