@@ -11,10 +11,10 @@ from commrt.collectives.registry import Msg
 
 
 class Empty(bytearray):
-    """A barrier's empty message: no NumPy for a first barrier (docs/launcher.md),
-    and not a memoryview, which the garbage collector may clear while the engine
-    holds an export of it ("memoryview has 2 exported buffers", then SIGSEGV): the
-    collector clearing this (no slots, no dict) leaves a bytearray's storage alone."""
+    """A barrier's empty message: no NumPy for a first barrier (docs/launcher.md).
+    (It was also chosen over a memoryview when the garbage collector could drop a
+    request's reference to its buffer with the export still open, which crashes
+    a memoryview: Request is no_gc_clear since, transport/_core.pyx.)"""
     __slots__ = ()
     nbytes = 0
 
