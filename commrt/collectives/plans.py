@@ -138,8 +138,19 @@ def _all_gather_out(n, r, sched, m, isz, root, hook):
     return steps, None
 
 
+def _eager_blocks(n, nbytes):
+    """The direct reduce-scatter's plan (nbytes: its input): beyond two ranks only
+    for blocks sent eagerly (see the module's text)."""
+    return n == 2 or nbytes // n <= config.get("COMMRT_EAGER_LIMIT")
+
+
+def _scratch_fits(n, nbytes):
+    """Bruck's plan (nbytes: the output, the size of its scratch)."""
+    return nbytes <= MAX_TMP_BYTES
+
+
 def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
-    if not hook or (n > 2 and m * isz > config.get("COMMRT_EAGER_LIMIT")):
+    if not hook or not _eager_blocks(n, n * m * isz):
         return None, None
     steps = [_msgs(s, isz, BUF, IN, hook) for s in sched]
     steps[0].insert(0, _copy(r, BUF, 0, IN, r * m * isz, m * isz))
@@ -216,6 +227,10 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("gather", "linear"): _gather,
            ("reduce_scatter", "direct"): _reduce_scatter_direct,
            ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial}
 
+# The layouts that refuse some sizes, each with the predicate (n, nbytes of the
+# collective's reference size) that it and applies() both use
+LIMITS = {("reduce_scatter", "direct"): _eager_blocks, ("all_gather", "bruck"): _scratch_fits}
+
 
 def applies(collective, algo, n, nbytes):
     """Whether a call of `collective` by `algo` on n ranks, nbytes each, runs on a
@@ -233,11 +248,8 @@ def applies(collective, algo, n, nbytes):
         return False
     if (collective, algo) not in LAYOUTS or nbytes > MAX_BYTES:
         return False
-    if (collective, algo) == ("reduce_scatter", "direct"):     # its layout's limit
-        return n == 2 or nbytes // n <= config.get("COMMRT_EAGER_LIMIT")
-    if (collective, algo) == ("all_gather", "bruck"):          # its scratch's
-        return nbytes <= MAX_TMP_BYTES
-    return True
+    limit = LIMITS.get((collective, algo))
+    return limit is None or limit(n, nbytes)
 
 
 def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_count,
