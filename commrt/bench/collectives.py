@@ -3,7 +3,7 @@
     python -m commrt.bench collectives [--kinds broadcast,reduce,...|all]
         [--nranks 2,3,4,8] [--sizes 8,1K,64K,1M,16M,64M] [--algos auto|all|a,b]
         [--transport shm|tcp] [--rounds 3] [--peers] [--plot-dir docs/img]
-        [--markdown out.md] [--json out.json] [--counts] [--fresh-inputs]
+        [--markdown out.md] [--json out.json] [--counts] [--fresh-inputs] [--busy K]
 
 For every world size, each round launches every backend once (commrt, with
 ``--peers`` mpi4py on OpenMPI with its default single-copy (CMA) and with it
@@ -26,11 +26,16 @@ involuntary context switches per call, medians of the rounds; ``_coll``):
 where ranks outnumber cores, how the waiters share them.  ``--fresh-inputs``
 writes the input before every call (timed apart, ``_coll``): without it a
 single-copy read finds the peer's unchanged input in its own cache, which
-flatters single-copy paths (commrt's and OpenMPI's alike).  ``allreduce`` and
+flatters single-copy paths (commrt's and OpenMPI's alike).  ``--busy K``
+keeps K busy-looping processes running beside every launch of every
+system for the whole run (outside load, such as a training job's data
+loaders: a waiter that spins or sleeps badly shows there).  ``allreduce`` and
 the per-collective benchmark names run this with one collective.
 """
 import argparse
+import contextlib
 import json
+import subprocess
 import sys
 
 from commrt.bench import _peers
@@ -265,6 +270,19 @@ def _panel(ax, args, kind, n, per):
     ax.grid(alpha=0.3)
 
 
+@contextlib.contextmanager
+def busy_loops(k):
+    """k processes that spin (a pure-Python loop each) until the block ends."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(k)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
 def parse_args(argv, kinds=None):
     p = argparse.ArgumentParser(prog="python -m commrt.bench collectives", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -285,6 +303,8 @@ def parse_args(argv, kinds=None):
                    help="also CPU time and context switches per call (getrusage)")
     p.add_argument("--fresh-inputs", action="store_true",
                    help="write the input before every call (timed apart), as training does")
+    p.add_argument("--busy", type=int, default=0,
+                   help="busy-looping processes beside the jobs for the whole run")
     args = p.parse_args(argv)
     args.kinds = list(KINDS) if args.kinds == "all" else args.kinds.split(",")
     bad = [k for k in args.kinds if k not in KINDS]
@@ -302,7 +322,10 @@ def main(argv, kinds=None):
         print(msg, file=sys.stderr, flush=True)
 
     counts = {} if args.counts else None
-    data = collect(args, log, counts)
+    with busy_loops(args.busy):
+        data = collect(args, log, counts)
+    if args.busy:
+        print(f"(under outside load: {args.busy} busy-looping process(es) beside every job)")
     print(report(args, data))
     if counts:
         print(report_counts(args, counts))

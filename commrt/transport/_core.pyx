@@ -244,7 +244,7 @@ cdef class Engine:
     cdef readonly double default_timeout
 
     def __cinit__(self, int rank, int size, *, uint64_t eager_limit=16384, uint64_t chunk=262144,
-                  double spin_us=50.0, double spin_max_us=1000.0, bint oversubscribed=False,
+                  double spin_us=50.0, double spin_max_us=10000.0, bint oversubscribed=False,
                   double timeout=300.0, double progress_delay_us=1000.0,
                   uint64_t cma_min_bytes=12582912, uint64_t credit_bytes=4194304,
                   double heartbeat_s=0.5, double liveness_timeout_s=8.0):

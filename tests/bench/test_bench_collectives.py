@@ -131,3 +131,30 @@ def test_wire_gives_an_interfaces_bytes_per_call():
     assert row["wire"]["tx"] >= 2 * 2**20 and row["wire"]["rx"] >= 2 * 2**20, row
     spec.pop("wire")
     assert "wire" not in _peers.run_commrt(2, spec, "tcp", 120)["rows"][0]
+
+
+def test_busy_loops_spin_for_the_block_and_are_gone_after():
+    """--busy K: K processes burning CPU while the systems are measured, none after."""
+    import time
+
+    with collectives.busy_loops(2):
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        spinning = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"while True: pass" in f.read():
+                        spinning.append(pid)
+            except OSError:
+                pass
+        assert len(spinning) == 2, spinning
+        t0 = time.monotonic()
+        with open(f"/proc/{spinning[0]}/stat") as f:
+            cpu0 = sum(int(x) for x in f.read().split()[13:15])
+        while time.monotonic() - t0 < 0.5:
+            pass
+        with open(f"/proc/{spinning[0]}/stat") as f:
+            assert sum(int(x) for x in f.read().split()[13:15]) > cpu0     # it runs
+    for pid in spinning:
+        assert not os.path.exists(f"/proc/{pid}"), pid      # killed and reaped
+    assert collectives.parse_args(["--busy", "1"]).busy == 1
