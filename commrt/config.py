@@ -125,7 +125,7 @@ knob("COMMRT_SPIN_MAX_US", 10000.0, float,
      "It must cover a scheduler time slice (a few ms): beside a busy process, the peer we wait "
      "for is descheduled that long, and a waiter that sleeps leaves its core idle for that "
      "process to move onto (an 8-byte all-reduce at N = 2 beside one busy loop: 2-33 us "
-     "with 1 ms, 0.76 with 10 ms; OpenMPI 0.73).")
+     "with 1 ms, 0.76-1.2 with 10 ms; OpenMPI 0.73: docs/performance-collectives.md).")
 knob("COMMRT_PROGRESS_THREAD", True, _bool, "Run a background progress thread for non-blocking operations.")
 knob("COMMRT_PROGRESS_DELAY_US", 1000.0, float,
      "Grace before the progress thread takes over requests a caller left outstanding.")
