@@ -137,16 +137,24 @@ def test_busy_loops_spin_for_the_block_and_are_gone_after():
     """--busy K: K processes burning CPU while the systems are measured, none after."""
     import time
 
-    with collectives.busy_loops(2):
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-        spinning = []
-        for pid in pids:
+    def spinners():
+        """Our children running the busy loop (others may run one too)."""
+        found = []
+        for p in os.listdir("/proc"):
             try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"while True: pass" in f.read():
-                        spinning.append(pid)
-            except OSError:
+                with open(f"/proc/{p}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if ppid == os.getpid() and b"while True: pass" in f.read():
+                        found.append(int(p))
+            except (OSError, ValueError, IndexError):
                 pass
+        return found
+
+    with collectives.busy_loops(2):
+        deadline = time.monotonic() + 10      # a child shows its command line once it ran exec
+        while len(spinning := spinners()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert len(spinning) == 2, spinning
         t0 = time.monotonic()
         with open(f"/proc/{spinning[0]}/stat") as f:
