@@ -1218,13 +1218,15 @@ cdef bint has_pointers(const char *fmt) noexcept:
     return False
 
 
-def _pointer_problem(buf, fmt, writable):
+def _pointer_problem(buf, fmt, writable, name="buf"):
+    """The refusal of a buffer that holds pointers (also the collectives':
+    buffers.host_array)."""
     kind = type(buf).__name__
     dtype = getattr(buf, "dtype", None)
     what = f"a {kind} of dtype {dtype}" if dtype is not None else f"a {kind} of format {fmt!r}"
-    return (f"buf: {what} holds pointers (Python objects or addresses), not plain data: "
+    return (f"{name}: {what} holds pointers (Python objects or addresses), not plain data: "
             f"{'receiving bytes into it would let the peer choose pointer values' if writable else 'sending it would ship raw heap addresses'}; "
-            f"send plain numbers, or objects with send_obj/recv_obj")
+            f"send plain numbers, or objects with send_obj/recv_obj (collectives: the *_obj ones)")
 
 
 def _buffer_problem(buf, writable, exc):

@@ -117,9 +117,9 @@ def host_array(a, writable, name="buf"):
     if writable and not a.flags.writeable:
         raise ValueError(f"{name} is read-only")
     if a.dtype.hasobject:       # refused here, before a collective takes its number
-        raise TypeError(f"{name}: an array of dtype {a.dtype} holds pointers (Python objects), "
-                        f"not plain data: send plain numbers, or objects with the *_obj "
-                        f"collectives and send_obj/recv_obj")
+        from commrt.transport._core import _pointer_problem
+
+        raise TypeError(_pointer_problem(a, a.dtype.str, writable, name))
     return a.reshape(-1, order="A")
 
 
