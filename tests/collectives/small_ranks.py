@@ -108,11 +108,14 @@ def dead_peer(comm, outdir):
     x = np.ones(2, np.float64)
     for _ in range(3):
         C.all_reduce(comm, x, "SUM")
-    C.barrier(comm)
-    if comm.rank == comm.size - 1:
-        os._exit(3)
     t0 = time.monotonic()
     try:
+        # A rank slow to leave this barrier may hear of the death in it: rank 2,
+        # already in the all-reduce, aborts everywhere when it sees rank 3 gone.
+        C.barrier(comm)
+        if comm.rank == comm.size - 1:
+            os._exit(3)
+        t0 = time.monotonic()
         C.all_reduce(comm, x, "SUM")
         err = None
     except PeerLostError as exc:
