@@ -11,14 +11,45 @@ the child (a module-level function).  The first failure is re-raised in
 the caller with its rank and remote traceback; a rank that hangs past the
 timeout, or dies, brings the world down with an error naming it.
 """
+import functools
 import multiprocessing as mp
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
 import traceback
 
 from commrt.rendezvous.auth import new_secret
 from commrt.rendezvous.store import StoreServer
+
+
+_PROBE_GPU = (
+    "import cupy, numba\n"
+    "from numba import cuda\n"
+    "assert not numba.config.ENABLE_CUDASIM\n"
+    "assert cupy.cuda.is_available() and cuda.is_available()\n"
+    "cupy.arange(4).sum().item()\n"
+    "print(cuda.get_current_device().name)\n")
+
+
+@functools.lru_cache(maxsize=None)
+def no_cuda_gpu():
+    """Why the real-GPU tests cannot run here, or None where they can: a CUDA
+    GPU that CuPy and Numba (not its simulator) both use, probed in a child
+    process so the caller never initializes CUDA (its ranks are spawned)."""
+    if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidiactl"):
+        return "no NVIDIA driver on this machine (no nvidia-smi, no /dev/nvidiactl)"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE_GPU], env=env, capture_output=True,
+                              text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "probing the GPU with CuPy and Numba took over 120 s"
+    if proc.returncode != 0:
+        return f"CuPy and Numba cannot use a CUDA GPU here: {proc.stderr.strip()[-300:]}"
+    return None
 
 
 class WorldError(RuntimeError):

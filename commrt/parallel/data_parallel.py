@@ -50,6 +50,13 @@ all ranks apply the same average; a parameter without a gradient on every
 rank keeps ``grad = None`` and the optimizer skips it, exactly as a single
 process would.
 
+GPU parameters.  Parameters on a GPU (CuPy arrays, ``model.to("cuda")``)
+train the same way: each gradient is copied to its bucket in host memory,
+the buckets are reduced there, and each average is copied back to the
+parameter's device as its ``.grad`` (a fresh device array, not a view).
+``broadcast_parameters`` likewise stages device parameters through host
+memory.  Two copies per gradient per step: commrt has no device transport.
+
 Compression.  ``compression="fp16"`` divides each gradient by the world
 size, casts it to float16 (so the sum cannot overflow where the average
 fits), sums in float16 and casts back: half the bytes on the wire.
@@ -69,6 +76,7 @@ it in float64 for N = 1..4).
 import numpy as np
 
 from commrt.collectives.ops import AVG, SUM
+from commrt.nn.backend import device_of, to_device
 from commrt.parallel import timeline
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
@@ -220,7 +228,7 @@ class DistributedOptimizer:
             view[...] = 0
             bucket.flags[i] = 0
         else:
-            g = np.asarray(p.grad).reshape(-1)
+            g = _on_host(p.grad).reshape(-1)
             if self.compression == "fp16" and view.dtype != g.dtype:
                 np.multiply(g, 1.0 / self.comm.size, out=view, casting="unsafe")
             else:
@@ -296,7 +304,9 @@ class DistributedOptimizer:
                 p.grad = None
                 continue
             avg = bucket.view(i).reshape(p.data.shape)
-            if avg.dtype == p.data.dtype:
+            if not isinstance(p.data, np.ndarray):      # a GPU parameter: copy the average back
+                p.grad = to_device(avg.astype(p.data.dtype, copy=False), device_of(p.data))
+            elif avg.dtype == p.data.dtype:
                 p.grad = avg                # a view: see "Gradients are bucket views"
             elif p.grad is None or p.grad.shape != p.data.shape or p.grad.dtype != p.data.dtype:
                 p.grad = avg.astype(p.data.dtype, copy=True)
@@ -338,6 +348,15 @@ class DistributedOptimizer:
         self._handles = []
 
 
+def _on_host(array):
+    """array itself if it is in host memory, else a host copy of a GPU (CuPy) array."""
+    return array if isinstance(array, np.ndarray) else to_device(array, "cpu")
+
+
+def _is_array(a):
+    return isinstance(a, np.ndarray) or type(a).__module__.startswith("cupy")
+
+
 # ---- broadcasting the starting point ------------------------------------------------
 def _named_arrays(params):
     """[(name, array)] for a Module (parameters, then buffers), a dict name -> tensor
@@ -355,9 +374,9 @@ def _named_arrays(params):
     out = []
     for name, t in items:
         arr = t.data if hasattr(t, "data") and not isinstance(t, np.ndarray) else t
-        if not isinstance(arr, np.ndarray):
+        if not _is_array(arr):
             raise TypeError(f"broadcast_parameters: {name!r} is a {type(arr).__name__}, "
-                            "expected a NumPy-backed tensor or array")
+                            "expected a tensor or array (NumPy, or CuPy on a GPU)")
         out.append((str(name), arr))
     return out
 
@@ -403,13 +422,14 @@ def broadcast_parameters(params, root=0, *, comm):
     for _, arr in items:
         by_dtype.setdefault(arr.dtype.str, []).append(arr)
     for arrays in by_dtype.values():
-        flat = np.concatenate([a.reshape(-1) for a in arrays]) if comm.rank == root \
+        flat = np.concatenate([_on_host(a).reshape(-1) for a in arrays]) if comm.rank == root \
             else np.empty(sum(a.size for a in arrays), dtype=arrays[0].dtype)
         comm.broadcast(flat, root)
         if comm.rank != root:
             at = 0
             for a in arrays:
-                a[...] = flat[at:at + a.size].reshape(a.shape)
+                part = flat[at:at + a.size].reshape(a.shape)
+                a[...] = part if isinstance(a, np.ndarray) else to_device(part, device_of(a))
                 at += a.size
 
 

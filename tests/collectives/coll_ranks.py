@@ -397,6 +397,41 @@ def device_arrays(comm, n):
     return True
 
 
+def gpu_arrays(comm, n):
+    """Real GPU buffers (CuPy arrays, Numba device arrays, torch CUDA tensors) go
+    through the buffer collectives, staged through host memory, and the
+    results land back on the device; non-contiguous device views too."""
+    import cupy
+    import torch
+    from numba import cuda
+
+    size, r = comm.size, comm.rank
+    want = size * (size + 1) / 2
+    x = cupy.full(n, r + 1, cupy.float32)
+    C.all_reduce(comm, x, "SUM")
+    assert isinstance(x, cupy.ndarray) and bool((x == want).all())
+    t = torch.full((n,), float(r + 1), device="cuda")
+    C.all_reduce(comm, t, "SUM")
+    assert t.is_cuda and bool((t == want).all())
+    strided = cupy.zeros((n, 2), cupy.int64)[:, 1]           # a non-contiguous view
+    strided[...] = r
+    C.broadcast(comm, strided, root=size - 1)
+    assert bool((strided == size - 1).all())
+    out = torch.zeros(size * n, dtype=torch.int32, device="cuda")
+    C.all_gather(comm, out, torch.full((n,), r, dtype=torch.int32, device="cuda"))
+    assert torch.equal(out.cpu(), torch.arange(size, dtype=torch.int32).repeat_interleave(n))
+    d = cuda.to_device(np.full(n, r, np.float64))
+    C.all_reduce(comm, d, "MAX")
+    assert np.all(d.copy_to_host() == size - 1)
+    small = cupy.zeros(n, cupy.float64)
+    C.reduce_scatter(comm, small, cupy.ones(size * n, cupy.float64), "SUM")
+    assert bool((small == size).all())
+    req = C.all_reduce(comm, x, "MAX", async_op=True)
+    req.wait(30)
+    assert bool((x == want).all())
+    return str(x.device), str(t.device)
+
+
 def invalid_arguments(comm):
     """Wrong arguments raise on the calling rank, before any message (so all ranks,
     passing the same wrong arguments, raise alike and nothing is left in flight)."""

@@ -8,7 +8,7 @@ import pytest
 
 import coll_ranks as R
 from commrt.errors import CollectiveMismatchError
-from commrt.testing import World, WorldError
+from commrt.testing import World, WorldError, no_cuda_gpu
 
 F4 = 4  # bytes per float32
 
@@ -210,6 +210,18 @@ def test_device_arrays_are_staged(cost_env):
                timeout=120) as w:
         w.run(R.device_arrays, 1001)
         w.run(R.device_arrays, 0)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(no_cuda_gpu() is not None, reason=str(no_cuda_gpu()))
+def test_gpu_arrays_are_staged_on_a_real_gpu(cost_env):
+    """CuPy arrays, Numba device arrays and torch CUDA tensors on a real GPU."""
+    with World(2, transport="shm", env=dict(cost_env, NUMBA_ENABLE_CUDASIM="0"),
+               timeout=240) as w:
+        for n in (1001, 0, 1 << 20):
+            where = w.run(R.gpu_arrays, n, timeout=200)
+            assert all(d[0].startswith("<CUDA Device") and d[1].startswith("cuda")
+                       for d in where), where
 
 
 def test_every_dtype_and_op_pair(w5, w4):

@@ -1,18 +1,26 @@
-"""Numba CUDA reduction kernels under the CUDA simulator (no GPU needed).
+"""Numba CUDA reduction kernels: under the CUDA simulator (no GPU needed), and
+on a real GPU where one is (skipped, with the reason, elsewhere).
 
 The simulator must be chosen before numba.cuda is first imported, so the
-checks run in a fresh interpreter with NUMBA_ENABLE_CUDASIM=1; it runs the
-kernels' Python bodies thread by thread, hence the tiny arrays.
+checks run in a fresh interpreter with NUMBA_ENABLE_CUDASIM set; it runs the
+kernels' Python bodies thread by thread, hence the tiny arrays (a real GPU
+also gets arrays of millions of elements, many blocks and a partial one).
 """
 import os
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from commrt.testing import no_cuda_gpu
+
 SCRIPT = textwrap.dedent(r'''
     import numpy as np
     import numba
-    assert numba.config.ENABLE_CUDASIM, "simulator not enabled"
+    import os
+    SIMULATED = os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
+    assert bool(numba.config.ENABLE_CUDASIM) == SIMULATED, "simulator setting not honoured"
     from numba import cuda
     from commrt.kernels import reduce_into, reduce_into_many, scale_into, cast_into
     from commrt.kernels import reduce_cuda
@@ -40,7 +48,7 @@ SCRIPT = textwrap.dedent(r'''
         for op in ORACLE:
             if np.dtype(dt).kind == "f" and op in ("band", "bor", "bxor"):
                 continue
-            for n in (0, 1, 37):
+            for n in (0, 1, 37) if SIMULATED else (0, 1, 37, 4099, 1 << 20):
                 a, b = sample(dt, n), sample(dt, n)
                 if dt is np.float16 and op in ("sum", "prod"):
                     want = ORACLE[op](a.astype(np.float32), b.astype(np.float32)).astype(dt)
@@ -94,10 +102,20 @@ SCRIPT = textwrap.dedent(r'''
 ''')
 
 
-def test_cuda_kernels_under_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+def _run(simulated):
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1" if simulated else "0")
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=110)
+                          text=True, timeout=110 if simulated else 300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "CHECKED" in proc.stdout
-    assert int(proc.stdout.split("CHECKED")[1]) > 150
+    return int(proc.stdout.split("CHECKED")[1])
+
+
+def test_cuda_kernels_under_simulator():
+    assert _run(simulated=True) > 150
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.skipif(no_cuda_gpu() is not None, reason=str(no_cuda_gpu()))
+def test_cuda_kernels_on_the_gpu():
+    assert _run(simulated=False) > 250

@@ -4,6 +4,7 @@ import numpy as np
 
 from commrt import nn, optim
 from commrt.nn import functions as F
+from commrt.nn.backend import device_of, to_device
 from commrt.parallel import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 
 
@@ -46,14 +47,16 @@ def _group(comm, n):
 
 
 # ---- equivalence ------------------------------------------------------------------
-def equivalence(comm, n, steps, batch, kind, bucket_bytes, passes=1, overlap=True):
+def equivalence(comm, n, steps, batch, kind, bucket_bytes, passes=1, overlap=True,
+                device="cpu"):
     """Ranks 0..n-1 train data parallel, each on its 1/n of every batch (in
-    ``passes`` backward passes); returns the final parameters (rank 0 ..n-1)."""
+    ``passes`` backward passes), on ``device`` ('cpu' or 'cuda'); returns the
+    final parameters (rank 0 ..n-1), in host memory."""
     group = _group(comm, n)
     if group is None:
         return None
     # rank 0 holds the reference's model; the others start elsewhere until the broadcast
-    model = small_model(seed=0 if group.rank == 0 else 100 + group.rank)
+    model = small_model(seed=0 if group.rank == 0 else 100 + group.rank).to(device)
     broadcast_parameters(model, root=0, comm=group)
     opt = DistributedOptimizer(make_optimizer(kind, model.parameters()), group,
                                bucket_bytes=bucket_bytes, backward_passes_per_step=passes,
@@ -62,10 +65,14 @@ def equivalence(comm, n, steps, batch, kind, bucket_bytes, passes=1, overlap=Tru
         shard = np.array_split(np.arange(batch), group.size)[group.rank]
         opt.zero_grad()
         for part in np.array_split(shard, passes):
-            loss = F.cross_entropy(model(nn.Tensor(x[part])), y[part]) * (1.0 / passes)
+            xs, ys = to_device(x[part], device), to_device(y[part], device)
+            loss = F.cross_entropy(model(nn.Tensor(xs)), ys) * (1.0 / passes)
             loss.backward()
         opt.step()
-    return [p.data.copy() for p in model.parameters()]
+    if device != "cpu":
+        assert all(p.device.startswith("cuda") and p.grad is not None
+                   and device_of(p.grad) == p.device for p in model.parameters())
+    return [to_device(p.data, "cpu").copy() for p in model.parameters()]
 
 
 def broadcast_start(comm):
