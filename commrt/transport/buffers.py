@@ -13,10 +13,12 @@ Accepted, in this order:
                                torch.Tensor (zero copy for contiguous CPU tensors,
                                bfloat16 included); nothing here imports torch
   __cuda_array_interface__     CuPy / Numba device arrays, staged through host memory
+                               (strided CuPy views too: the copy back goes through
+                               their strides)
   DLPack (__dlpack__)          CPU arrays zero copy through np.from_dlpack
   the buffer protocol          bytes, bytearray, memoryview, array.array: zero copy
 
-A non-contiguous array is refused with a clear error (an adapter may instead
+A non-contiguous host array is refused with a clear error (an adapter may instead
 make an explicit copy and copy it back in ``finish``); a read-only one cannot
 be written.  Point-to-point takes buffer-protocol objects straight in C
 (``_core.pyx``) and comes here for everything else (``stage``); the
@@ -152,13 +154,15 @@ def _stage_cuda(obj, writable, name):
     strides = iface.get("strides")
     shape = tuple(iface["shape"])
     dtype = np.dtype(iface["typestr"])
-    if strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize):
-        raise ValueError(f"{name}: a non-contiguous GPU array cannot be sent or received in "
-                         f"place; pass a contiguous copy")
+    contiguous = strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize)
     if writable and iface["data"][1]:
         raise ValueError(f"{name}: a read-only GPU array cannot receive data")
     if hasattr(obj, "copy_to_host") and not type(obj).__module__.startswith("cupy"):
-        host = obj.copy_to_host().reshape(-1)          # Numba device arrays (and the simulator's)
+        # Numba device arrays (and the simulator's); CuPy stages strided views below
+        if not contiguous:
+            raise ValueError(f"{name}: a non-contiguous Numba device array cannot be staged "
+                             f"through host memory; pass a contiguous copy")
+        host = obj.copy_to_host().reshape(-1)
 
         def back_numba():
             if host.size:
@@ -167,8 +171,8 @@ def _stage_cuda(obj, writable, name):
     cupy = _cupy()
     if cupy is None:
         raise TypeError(f"{name}: GPU arrays need CuPy for staging through host memory")
-    dev = cupy.asarray(obj)
-    host = cupy.asnumpy(dev).reshape(-1)
+    dev = cupy.asarray(obj)                # obj's memory, strides and all (no copy)
+    host = cupy.asnumpy(dev).reshape(-1)   # a contiguous host copy, written back through them
 
     def back_cupy():
         if host.size:
