@@ -157,6 +157,14 @@ def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
     return steps, None
 
 
+def _reduce_scatter_pairwise(n, r, sched, m, isz, root, hook):
+    if not hook:
+        return None, None
+    steps = [_msgs(s, isz, BUF, IN, hook) for s in sched]
+    steps[0].insert(0, _copy(r, BUF, 0, IN, r * m * isz, m * isz))
+    return steps, None
+
+
 def _all_to_all(n, r, sched, m, isz, root, hook):
     # each receive half of an exchange (all_to_all/pairwise.py)
     steps = _copied_by(Channel.EXCHANGE, [_msgs(s, isz, BUF, IN) for s in sched])
@@ -225,6 +233,7 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("gather", "linear"): _gather,
            ("scatter", "linear"): _scatter, ("all_gather", "bruck"): _all_gather_bruck,
            ("all_gather", "direct"): _all_gather_out, ("all_gather", "ring"): _all_gather_out,
            ("reduce_scatter", "direct"): _reduce_scatter_direct,
+           ("reduce_scatter", "pairwise"): _reduce_scatter_pairwise,
            ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial}
 
 # The layouts that refuse some sizes, each with the predicate (n, nbytes of the

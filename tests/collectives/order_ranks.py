@@ -98,4 +98,10 @@ def reduce_scatter(comm, seed, m):
         if q != r:
             want = want + xs[q][r * m:(r + 1) * m]
     _same(out, want, f"reduce_scatter direct rank {r}")
+    # pairwise: our own block, then the copies of ranks r-1, r-2, ... (mod N)
+    C.reduce_scatter(comm, out, xs[r], "SUM", algorithm="pairwise")
+    want = xs[r][r * m:(r + 1) * m].copy()
+    for k in range(1, size):
+        want = want + xs[(r - k) % size][r * m:(r + 1) * m]
+    _same(out, want, f"reduce_scatter pairwise rank {r}")
     return True

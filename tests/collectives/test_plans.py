@@ -46,10 +46,10 @@ def test_planned_equals_general(world, kind, n):
 def test_planned_sends_the_general_paths_messages(world, kind):
     for n in (5, 5000):
         res = world.run(P.traffic, kind, n, world.size - 1)
-        # the direct reduce-scatter's plan: blocks sent eagerly only, beyond N = 2
-        want = not (kind == "reduce_scatter" and n * 4 > 16384 and world.size > 2)
+        # (a reduce-scatter's blocks too large to go eagerly, beyond N = 2, take the
+        # pairwise algorithm, planned at any size, where the direct one's plan is not)
         for r, ((planned, general), has_plan) in enumerate(res):
-            assert has_plan == want, (kind, n, r)
+            assert has_plan, (kind, n, r)
             assert planned == general, (kind, n, r, planned, general)
             assert any(v[0] or v[1] for v in planned.values()), (kind, n, r, planned)
 
@@ -93,12 +93,13 @@ def test_calls_that_change_from_call_to_call_get_their_own_plan(world, kind):
     assert world.run(P.alternating, kind) == [True] * world.size
 
 
-def test_large_reduce_scatter_planned_on_two_ranks(world):
-    """Blocks beyond the eager limit (80 KB): planned at N = 2 (no deadlock with one
-    peer), the general path beyond."""
+def test_large_reduce_scatter_is_planned(world):
+    """Blocks beyond the eager limit (80 KB): planned at every N, by the direct
+    algorithm at N = 2 (one peer: no deadlock) and the pairwise one beyond (its
+    steps match rank to rank)."""
     for planned, general, has_plan in world.run(P.same_results, "reduce_scatter", 20000,
                                                 "float32", "SUM", 0):
-        assert planned == general and has_plan == (world.size == 2)
+        assert planned == general and has_plan
 
 
 @pytest.mark.parametrize("kind", P.KINDS)
