@@ -234,13 +234,16 @@ def _rd_steps(n):
 
 def _fresh_call(call):
     """A Call and a reducer as the general path makes them for a user's call, on
-    the calibration's sequence number (resumed: nothing consumed or recorded)."""
+    the calibration's sequence number (resumed: nothing consumed or recorded).
+    Its fingerprint is the calibration's own: a rank waiting in it past the probe
+    interval probes its peers with that fingerprint, and a peer takes any other
+    at this sequence number for a mismatch (call.check_probes)."""
     from commrt.collectives.call import Call
     from commrt.collectives.reduction import Reduction
 
     f64 = np.dtype(np.float64)
-    c = Call(call.comm, "calibrate", count=1, dtype=f64, algo="binomial", seq=call.seq,
-             timeout=call.timeout)
+    c = Call(call.comm, "calibrate", count=call.count, dtype=f64, algo="binomial",
+             seq=call.seq, timeout=call.timeout)
     c.deadline = call.deadline
     return c, Reduction(None, "sum", f64, False)
 

@@ -576,6 +576,28 @@ def calibration_timeout(comm):
     return "no error"
 
 
+def calibration_with_a_stalled_rank(comm, stall_s):
+    """Rank 1 stalls for stall_s inside one of the calibration's fresh calls (a
+    descheduled or stopped rank on a loaded host), so the others wait past the
+    probe interval there and probe each other: the calibration still ends, and
+    the user's all-reduce with it."""
+    from commrt.collectives import cost
+
+    if comm.rank == 1:
+        made, fresh_call = [0], cost._fresh_call
+
+        def stalling(call):
+            made[0] += 1
+            if made[0] == 7:
+                time.sleep(stall_s)
+            return fresh_call(call)
+        cost._fresh_call = stalling
+    x = np.ones(4, np.float32)
+    C.all_reduce(comm, x)
+    assert np.all(x == comm.size)
+    return True
+
+
 def calibration_leaves_numbers(comm):
     """The first all-reduce calibrates the cost model inside it (its barrier plan
     and fresh calls among it): afterwards the user's calls are numbered 0, 1, ...

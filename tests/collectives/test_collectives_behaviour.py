@@ -156,6 +156,16 @@ def test_errors_name_the_users_call_not_the_calibration(cost_env):
     assert "all_reduce #0" in msg and "calibrate #" not in msg, msg
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_rank_stalled_in_the_calibration_is_waited_for(cost_env, transport):
+    """Probes sent while waiting inside the calibration's fresh calls are not
+    taken for a mismatch (they were: a SIGSTOP campaign job at N = 5 aborted
+    with "rank 3 called #2 calibrate(count=11 ...); rank 4 called ... count=1")."""
+    env = dict(cost_env, COMMRT_COST_CACHE="", COMMRT_COLL_PROBE_S="0.05")
+    with World(5, transport=transport, env=env, timeout=90) as w:
+        assert w.run(R.calibration_with_a_stalled_rank, 0.6, timeout=60) == [True] * 5
+
+
 def test_calibration_leaves_the_users_call_numbers(cost_env):
     env = dict(cost_env, COMMRT_COST_CACHE="")      # measure: calibrate runs in the call
     with World(3, transport="shm", env=env, timeout=60) as w:
