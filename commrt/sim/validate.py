@@ -393,6 +393,16 @@ def run(ranks, sizes, algos, rounds, log=print, params=None):
     return data
 
 
+def replay_groups(files):
+    """[(across hosts, files)]: one-host runs first, then runs across hosts (their
+    cells are keyed by N and by link rate, and reported apart)."""
+    groups = {}
+    for path in files:
+        with open(path) as f:
+            groups.setdefault(bool(json.load(f).get("hosts")), []).append(path)
+    return sorted(groups.items())
+
+
 def replay(files, terms=None):
     """The cells of saved runs (``--json``) simulated again with the calibration
     saved beside them: the model changes, the measurements are the same.
@@ -574,9 +584,10 @@ def main(argv=None):
     if args.replay:
         terms = (None if args.terms == "all" else () if args.terms == "none"
                  else tuple(args.terms.split(",")))
-        data = replay(args.replay, terms)
-        print(report(data))
-        print("within 25%%: %d of %d cells" % within(data))
+        for across, files in replay_groups(args.replay):
+            data = replay(files, terms)
+            print(report(data, "link" if across else "N"))
+            print("within 25%%: %d of %d cells" % within(data))
         return 0
     algos = (args.algos.split(",") if args.algos else
              [a for a in schedules.names() if schedules.has_schedule(a)

@@ -4,6 +4,7 @@ machine's cores shared by namespace hosts with TCP's copies on them, rendezvous
 messages that move once received, and the replay of saved measurements."""
 import dataclasses
 import json
+import os
 
 import pytest
 
@@ -181,6 +182,21 @@ def test_replay_simulates_saved_measurements_with_their_calibration(tmp_path):
     ring = data[(4, "ring", 1048576)]["simulated"][0]
     assert ring == validate.predicted(4, 1 << 20, "ring", p4)
     assert validate.within(data, 1e9) == (2, 2)
+
+
+def test_replaying_runs_of_one_host_and_across_hosts_reports_each_apart(capsys):
+    """--replay with both kinds of saved runs: one table each (it raised TypeError
+    sorting N beside link rates)."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "data", "sim")
+    files = [os.path.join(root, "v-hosts-5.json"), os.path.join(root, "v-shm-5.json")]
+    assert [(across, [os.path.basename(f) for f in fs])
+            for across, fs in validate.replay_groups(files)] == \
+        [(False, ["v-shm-5.json"]), (True, ["v-hosts-5.json"])]
+    assert validate.main(["--replay", *files]) == 0
+    out = capsys.readouterr().out
+    assert out.count("within 25%") == 2
+    assert out.index("N ") < out.index("link ")
+    assert "10gbit" in out and "recursive_doubling" in out
 
 
 def test_each_ranks_call_comes_before_its_first_step():
