@@ -236,6 +236,7 @@ class _Acceptor(threading.Thread):
         self.claimed = set()                # hellos accepted, channel being set up
         self.refused = {}                   # rank -> ProtocolError of a hello in another version
         self.refusals = auth.RefusalLog(log, f"commrt rank {rank}")
+        self.vetting = []                   # the connections' vetting threads
         self.done = threading.Event()
         self.error = None
         self.stopping = False
@@ -261,7 +262,9 @@ class _Acceptor(threading.Thread):
                         conn, _ = key.fileobj.accept()
                     except OSError:
                         continue
-                    threading.Thread(target=self._vet, args=(conn,), daemon=True).start()
+                    vet = threading.Thread(target=self._vet, args=(conn,), daemon=True)
+                    self.vetting.append(vet)
+                    vet.start()
         finally:
             sel.close()
 
@@ -394,6 +397,13 @@ class _Acceptor(threading.Thread):
             os.close(self._wake_r)
             os.close(self._wake_w)
             self._wake_r = self._wake_w = -1
+        # strangers accepted before the last peer are vetted meanwhile: give them a
+        # moment to be counted (garbage is refused at once; a silent one is not
+        # waited for), so that the summary counts them with the first refusal
+        until = time.monotonic() + 0.5
+        for vet in self.vetting:
+            vet.join(max(0.0, until - time.monotonic()))
+        self.vetting = []
         self.refusals.summary()
 
 
