@@ -149,20 +149,20 @@ def _scratch_fits(n, nbytes):
     return nbytes <= MAX_TMP_BYTES
 
 
-def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
-    if not hook or not _eager_blocks(n, n * m * isz):
-        return None, None
-    steps = [_msgs(s, isz, BUF, IN, hook) for s in sched]
-    steps[0].insert(0, _copy(r, BUF, 0, IN, r * m * isz, m * isz))
-    return steps, None
-
-
-def _reduce_scatter_pairwise(n, r, sched, m, isz, root, hook):
+def _reduce_scatter(n, r, sched, m, isz, root, hook):
+    """Our own block copied into the output, then the schedule's combines into it
+    (with the reduction's C loop only: no scratch to combine from)."""
     if not hook:
         return None, None
     steps = [_msgs(s, isz, BUF, IN, hook) for s in sched]
     steps[0].insert(0, _copy(r, BUF, 0, IN, r * m * isz, m * isz))
     return steps, None
+
+
+def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
+    if not _eager_blocks(n, n * m * isz):
+        return None, None
+    return _reduce_scatter(n, r, sched, m, isz, root, hook)
 
 
 def _all_to_all(n, r, sched, m, isz, root, hook):
@@ -233,7 +233,7 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("gather", "linear"): _gather,
            ("scatter", "linear"): _scatter, ("all_gather", "bruck"): _all_gather_bruck,
            ("all_gather", "direct"): _all_gather_out, ("all_gather", "ring"): _all_gather_out,
            ("reduce_scatter", "direct"): _reduce_scatter_direct,
-           ("reduce_scatter", "pairwise"): _reduce_scatter_pairwise,
+           ("reduce_scatter", "pairwise"): _reduce_scatter,
            ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial}
 
 # The layouts that refuse some sizes, each with the predicate (n, nbytes of the

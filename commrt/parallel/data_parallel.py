@@ -228,7 +228,7 @@ class DistributedOptimizer:
             view[...] = 0
             bucket.flags[i] = 0
         else:
-            g = _on_host(p.grad).reshape(-1)
+            g = to_device(p.grad, "cpu").reshape(-1)    # a GPU gradient: a host copy
             if self.compression == "fp16" and view.dtype != g.dtype:
                 np.multiply(g, 1.0 / self.comm.size, out=view, casting="unsafe")
             else:
@@ -348,11 +348,6 @@ class DistributedOptimizer:
         self._handles = []
 
 
-def _on_host(array):
-    """array itself if it is in host memory, else a host copy of a GPU (CuPy) array."""
-    return array if isinstance(array, np.ndarray) else to_device(array, "cpu")
-
-
 def _is_array(a):
     return isinstance(a, np.ndarray) or type(a).__module__.startswith("cupy")
 
@@ -422,14 +417,15 @@ def broadcast_parameters(params, root=0, *, comm):
     for _, arr in items:
         by_dtype.setdefault(arr.dtype.str, []).append(arr)
     for arrays in by_dtype.values():
-        flat = np.concatenate([_on_host(a).reshape(-1) for a in arrays]) if comm.rank == root \
-            else np.empty(sum(a.size for a in arrays), dtype=arrays[0].dtype)
+        if comm.rank == root:       # GPU parameters through a host copy
+            flat = np.concatenate([to_device(a, "cpu").reshape(-1) for a in arrays])
+        else:
+            flat = np.empty(sum(a.size for a in arrays), dtype=arrays[0].dtype)
         comm.broadcast(flat, root)
         if comm.rank != root:
             at = 0
             for a in arrays:
-                part = flat[at:at + a.size].reshape(a.shape)
-                a[...] = part if isinstance(a, np.ndarray) else to_device(part, device_of(a))
+                a[...] = to_device(flat[at:at + a.size].reshape(a.shape), device_of(a))
                 at += a.size
 
 
