@@ -328,6 +328,9 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
             plans.prepare_all_reduce(comm, state_of(comm), key, buf, op, red)
         elif algorithm == "rabenseifner" and key is not None:
             _small.prepare_rabenseifner(comm, state_of(comm), buf, key, op, red.hook)
+        elif key is not None and ("all_reduce", algorithm) in plans.LAYOUTS:
+            plans.prepare(comm, state_of(comm), key, "all_reduce", algorithm, flat.size,
+                          flat.dtype, flat.nbytes, -1, flat.size, flat.size, 0, op, red.hook)
         if async_op and key is not None:
             req = _async_plan(comm, buf, key)
             if req is not None:

@@ -1,6 +1,7 @@
 """Prepared plans for broadcast, reduce, gather, scatter, all-gather,
-reduce-scatter and all-to-all, built from the chosen algorithm's own
-``schedule`` (the all-reduce's and the barrier's are in _small.py).
+reduce-scatter, all-to-all and the ring's and reduce_bcast's all-reduce,
+built from the chosen algorithm's own ``schedule`` (recursive doubling's and
+Rabenseifner's on power-of-two worlds, and the barrier's, are in _small.py).
 
 The general path spends microseconds in Python before its first message
 (argument checks, the cost model, a Call object): several times the
@@ -28,7 +29,8 @@ reports exactly as the general path does.
 The chain waits for a step's sends before its next step, where the general
 path waits at the end of the call: the same messages, but a send that had
 to wait for its receiver's later step could deadlock.  Steps of these
-schedules are matched step for step or down a tree, except the direct
+schedules are matched step for step or down a tree (the ring all-reduce's
+once regrouped: _all_reduce_ring), except the direct
 reduce-scatter's (its sends go out in step 0, its receives are taken one
 peer after another), whose plan is therefore only made, beyond N = 2 (one
 peer: matched in step 0), for blocks small enough to be sent eagerly
@@ -186,6 +188,38 @@ def _reduce_binomial(n, r, sched, m, isz, root, hook):
     return steps, m * isz
 
 
+def _all_reduce_ring(n, r, sched, m, isz, root, hook):
+    """Every message a range of the buffer, each combine a reduce-receive into it
+    as it lands (the in-place ring reduce-scatter's irecv_combine with a C
+    loop), then the all-gather's receives into it; regrouped so that step t
+    holds the rank's t-th send and its t-th receive.  The schedule sends all
+    of chunk r's segments in its first step and receives them over several,
+    which a chain (it waits for a step's sends before the next) could deadlock
+    on; regrouped, step t of every rank sends to the right what the right's
+    step t receives.  The messages and their order on each pair are the
+    schedule's: the t-th send forwards a segment received at least a chunk
+    earlier (each send but chunk r's forwards what came from the left, in
+    order), so it is final when its step posts, and the two messages of a
+    step touch different segments.  (Chunks of different segment counts
+    make the two lists differ in length: the longer one's tail goes alone.)"""
+    if not hook:
+        return None, None
+    msgs = [msg for s in sched for msg in _msgs(s, isz, BUF, BUF, hook)]
+    sends = [msg for msg in msgs if msg[0] == SEND]
+    recvs = [msg for msg in msgs if msg[0] == RECV]
+    return [[*sends[t:t + 1], *recvs[t:t + 1]] for t in range(max(len(sends), len(recvs)))], None
+
+
+def _all_reduce_reduce_bcast(n, r, sched, m, isz, root, hook):
+    """The binomial reduce in place into the buffer (reduce_to with acc=buf: its
+    combines stream, the senders' cores copying), then the binomial broadcast
+    from rank 0 into it."""
+    if not hook:
+        return None, None
+    return [[msg + (0, 0, Channel.SENDER) if msg[0] == RECV and msg[5] else msg
+             for msg in _msgs(s, isz, BUF, BUF, hook)] for s in sched], None
+
+
 def _copied_by(copier, steps):
     """Every receive of steps with this copier (Channel.irecv's): SENDER for a
     tree's combines (reduce/binomial.py: they stream, the senders' cores
@@ -234,7 +268,9 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("gather", "linear"): _gather,
            ("all_gather", "direct"): _all_gather_out, ("all_gather", "ring"): _all_gather_out,
            ("reduce_scatter", "direct"): _reduce_scatter_direct,
            ("reduce_scatter", "pairwise"): _reduce_scatter,
-           ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial}
+           ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial,
+           ("all_reduce", "ring"): _all_reduce_ring,
+           ("all_reduce", "reduce_bcast"): _all_reduce_reduce_bcast}
 
 # The layouts that refuse some sizes, each with the predicate (n, nbytes of the
 # collective's reference size) that it and applies() both use
@@ -254,7 +290,6 @@ def applies(collective, algo, n, nbytes):
             return pow2 or nbytes <= MAX_TMP_BYTES
         if algo == "rabenseifner":
             return pow2 and nbytes <= _small.RANGED_MAX_BYTES
-        return False
     if (collective, algo) not in LAYOUTS or nbytes > MAX_BYTES:
         return False
     limit = LIMITS.get((collective, algo))
@@ -282,8 +317,8 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
     if miss is not None and (key, algo) in miss:
         return
     dtype = np.dtype(dtype)
-    steps, tmp_nbytes = layout(n, r, mod.schedule(n, r, sched_count, root), block,
-                               dtype.itemsize, root, hook)
+    steps, tmp_nbytes = layout(n, r, _schedule(mod, n, r, sched_count, root, dtype.itemsize),
+                               block, dtype.itemsize, root, hook)
     if steps is None or (tmp_nbytes or 0) > MAX_TMP_BYTES:
         if miss is None or len(miss) >= 4 * _small.MAX_PLANS:      # bounded
             miss = st.cache["no plan"] = set()
@@ -293,6 +328,16 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
     avg = op is not None and op.name == "AVG"
     _small._keep(st, key, SchedPlan(comm, st, kind, algo, count, dtype, op, root, steps, tmp,
                                     max(nbytes, 0), max(in_nbytes, 0), avg))
+
+
+def _schedule(mod, n, r, count, root, itemsize):
+    """The algorithm's schedule for this dtype: segmented ones (the ring's) cut
+    their segments by bytes, as the runtime does (chunking.seg_elems)."""
+    import inspect
+
+    if "itemsize" in inspect.signature(mod.schedule).parameters:
+        return mod.schedule(n, r, count, root, itemsize=itemsize)
+    return mod.schedule(n, r, count, root)
 
 
 def run(comm, st, plan, out, inbuf):

@@ -156,3 +156,87 @@ def test_a_call_without_a_plan_is_not_prepared_again():
                timeout=60) as w:
         for algo, missed, named in w.run(P.no_plan_remembered):
             assert algo == "direct" and missed == 1 and named, (algo, missed, named)
+
+
+# The ring's and reduce_bcast's all-reduce plans (plans.LAYOUTS): chosen by the
+# cost model or forced, like recursive doubling's and Rabenseifner's.  65536·3+1
+# float32 elements at N = 3 give chunks of 2 segments and of 1 (the ring's plan
+# regroups its steps by message position: chunks need not match), 200_000
+# float64 ones several segments per chunk.
+@pytest.mark.parametrize("algo", ["ring", "reduce_bcast"])
+@pytest.mark.parametrize("n,transport", [(2, "shm"), (3, "shm"), (5, "shm"), (3, "tcp")],
+                         ids=lambda v: str(v))
+def test_ring_and_reduce_bcast_all_reduce_plans(algo, n, transport):
+    env = {**ENV, "COMMRT_ALLREDUCE_ALGO": algo}
+    with World(n, transport=transport, env=env, timeout=120) as w:
+        for count, dtype, op in ((5, "float32", "SUM"), (65536 * 3 + 1, "float32", "SUM"),
+                                 (200_000, "float64", "MAX"), (1000, "int32", "AVG")):
+            for r, (planned, general, has_plan) in enumerate(
+                    w.run(P.same_results, "all_reduce", count, dtype, op, 0)):
+                assert planned == general, (algo, count, dtype, r)
+                assert has_plan, (algo, count, dtype, r)
+        for count in (7, 100_000):
+            for r, ((planned, general), has_plan) in enumerate(
+                    w.run(P.traffic, "all_reduce", count)):
+                assert has_plan and planned == general, (algo, count, r, planned, general)
+        for digest, has_plan in w.run(P.late_rank, "all_reduce", 0.8, 100_000):
+            assert has_plan
+        assert len({d for d, _ in w.run(P.late_rank, "all_reduce", 0.8, 3000)}) == 1
+        for where, msg, has_plan in w.run(P.mismatch, "all_reduce", timeout=60):
+            assert where == "raised" and "mismatch" in msg and has_plan, (algo, where, msg)
+
+
+@pytest.mark.parametrize("n", range(2, 10))
+def test_ring_all_reduce_plan_keeps_every_dependency_and_matches_step_for_step(n):
+    """The ring's plan regroups its schedule (step t: the t-th send and the t-th
+    receive).  Checked on every rank against the schedule's own order: each
+    step's send is received by its peer in the same step (so no chain can wait
+    on a later step of another), each send goes after every receive into its
+    range that the schedule puts before it and before every one it puts
+    after, and the messages are the schedule's, in its order."""
+    import random
+
+    from commrt.collectives.all_reduce import ring
+
+    rng = random.Random(n)
+    for count in [1, n - 1, n, 1000, 65536 * n - 1, 65536 * n + 1, 65536 * 3 + 7, 200_000,
+                  rng.randrange(1, 600_000)]:
+        for isz in (4, 8):
+            scheds = [ring.schedule(n, r, count, 0, itemsize=isz) for r in range(n)]
+            steps = [plans._all_reduce_ring(n, r, scheds[r], count, isz, 0, 1)[0]
+                     for r in range(n)]
+            for r in range(n):
+                order = [m for s in scheds[r] for m in plans._msgs(s, isz, plans.BUF, plans.BUF, 1)]
+                for step in steps[r]:
+                    assert sum(m[0] == plans.SEND for m in step) <= 1
+                    assert sum(m[0] == plans.RECV for m in step) <= 1
+                flat = [m for step in steps[r] for m in step]
+                assert sorted(flat) == sorted(order)
+                for kind in (plans.SEND, plans.RECV):    # each list in the schedule's order
+                    assert [m for m in flat if m[0] == kind] == [m for m in order if m[0] == kind]
+                when = _steps_of(order, steps[r])
+                for i, m in enumerate(order):
+                    if m[0] != plans.SEND:
+                        continue
+                    peer_step = [x for x in steps[m[1]][when[i]] if x[0] == plans.RECV]
+                    assert peer_step and peer_step[0][1] == r and peer_step[0][4] == m[4]
+                    for j, x in enumerate(order):
+                        overlap = x[0] == plans.RECV and x[3] < m[3] + m[4] and m[3] < x[3] + x[4]
+                        if overlap:
+                            assert when[j] < when[i] if j < i else when[j] > when[i], (
+                                n, count, isz, r, i, j)
+
+
+def _steps_of(order, steps):
+    """For each message of the schedule's order, the plan step holding it (the
+    k-th send/receive of the plan is the k-th of the schedule)."""
+    pos = {plans.SEND: [], plans.RECV: []}
+    for t, step in enumerate(steps):
+        for m in step:
+            pos[m[0]].append(t)
+    seen = {plans.SEND: 0, plans.RECV: 0}
+    out = []
+    for m in order:
+        out.append(pos[m[0]][seen[m[0]]])
+        seen[m[0]] += 1
+    return out
