@@ -171,7 +171,12 @@ def test_the_general_paths_own_cost_goes_to_algorithms_without_a_plan():
     assert not plans.applies("all_reduce", "rabenseifner", 3, 8)
     assert not plans.applies("all_reduce", "tree", 4, 8)
     assert plans.applies("broadcast", "binomial", 4, 8)
-    assert not plans.applies("broadcast", "pipeline", 4, 8)
+    assert plans.applies("broadcast", "pipeline", 4, 8)
+    assert plans.applies("broadcast", "pipeline", 4, 4 << 20)
+    assert not plans.applies("broadcast", "pipeline", 4, (4 << 20) + 4)     # its own limit
+    assert plans.applies("all_reduce", "ring", 3, 16 << 20)
+    assert plans.applies("all_reduce", "reduce_bcast", 3, 8)
+    assert not plans.applies("all_reduce", "ring", 3, 32 << 20)
     assert not plans.applies("broadcast", "binomial", 4, 64 << 20)
     assert not plans.applies("all_reduce", "recursive_doubling", 1, 8)
     # the layouts' own limits: the direct reduce-scatter's blocks (eager, beyond two

@@ -240,3 +240,24 @@ def _steps_of(order, steps):
         out.append(pos[m[0]][seen[m[0]]])
         seen[m[0]] += 1
     return out
+
+
+@pytest.mark.parametrize("n,transport", [(3, "shm"), (4, "shm"), (3, "tcp")], ids=str)
+def test_pipelined_broadcast_is_planned_up_to_its_limit(n, transport):
+    """Forced, the pipelined broadcast runs on a plan from several segments up to
+    plans.PIPELINE_MAX_BYTES (results and traffic the general path's, every
+    root) and on the general path beyond."""
+    env = {**ENV, "COMMRT_BROADCAST_ALGO": "pipeline"}
+    with World(n, transport=transport, env=env, timeout=120) as w:
+        for count in (5, 300_000):              # 300_000 float32: 5 segments
+            for root in (0, n - 1):
+                for planned, general, has_plan in w.run(P.same_results, "broadcast", count,
+                                                        "float32", "SUM", root):
+                    assert planned == general and has_plan, (count, root)
+        for (planned, general), has_plan in w.run(P.traffic, "broadcast", 300_000, 1):
+            assert has_plan and planned == general, (planned, general)
+        over = plans.PIPELINE_MAX_BYTES // 4 + 1
+        assert not plans.applies("broadcast", "pipeline", n, 4 * over)
+        for planned, general, has_plan in w.run(P.same_results, "broadcast", over, "float32",
+                                                "SUM", 0):
+            assert planned == general and not has_plan
