@@ -3,7 +3,8 @@
 A chain root -> root+1 -> ... -> root-1 in segments of
 COMMRT_RING_SEGMENT_BYTES (C segments): each rank forwards a segment as soon
 as it lands, so all links are busy at once.
-Cost: (N - 2 + C)·(α + K/C·β) ~ K·β for large K.  Bytes: every rank but
+Cost: (N - 2 + C)·(α + K/C·β) ~ K·β for large K (α_busy for α, and the
+whole times N/cores, where ranks outnumber cores).  Bytes: every rank but
 the last in the chain sends K; every rank but the root receives K.
 """
 from commrt.collectives.chunking import seg_elems, segments
@@ -16,7 +17,11 @@ def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
     c = p.nseg(nbytes)
-    return (n - 2 + c) * (p.alpha + nbytes / c * p.beta) * p.rho(n)
+    # every segment waits on the rank before it in the chain: with more ranks than
+    # cores each such wait is a context switch (α_busy), as the ring's segments
+    # (N = 3 on 2 cores: with α per segment the model took the pipeline from 1 MiB,
+    # where the binomial tree ran 4 MiB in 901 µs against 1300-1373)
+    return (n - 2 + c) * (p.step(n) + nbytes / c * p.beta) * p.rho(n)
 
 
 def schedule(n, rank, count, root=0, itemsize=4):
