@@ -110,7 +110,7 @@ def _broadcast_pipeline(n, r, sched, m, isz, root, hook):
     of one before it)."""
     if not _pipeline_fits(n, m * isz):
         return None, None
-    return _broadcast(n, r, sched, m, isz, root, hook)
+    return _copied_by(Channel.RECEIVER, _broadcast(n, r, sched, m, isz, root, hook)[0]), None
 
 
 def _gather(n, r, sched, m, isz, root, hook):

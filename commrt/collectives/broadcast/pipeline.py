@@ -2,13 +2,16 @@
 
 A chain root -> root+1 -> ... -> root-1 in segments of
 COMMRT_RING_SEGMENT_BYTES (C segments): each rank forwards a segment as soon
-as it lands, so all links are busy at once.
+as it lands, so all links are busy at once.  A receiver reads each segment
+from the rank before it (Channel.RECEIVER: one copy where ranks share
+cores, instead of streaming it through the pair's ring, two).
 Cost: (N - 2 + C)·(α + K/C·β) ~ K·β for large K (α_busy for α, and the
 whole times N/cores, where ranks outnumber cores).  Bytes: every rank but
 the last in the chain sends K; every rank but the root receives K.
 """
 from commrt.collectives.chunking import seg_elems, segments
 from commrt.collectives.registry import Msg
+from commrt.comm import Channel
 
 TIE = 1
 
@@ -55,7 +58,7 @@ def run(call, buf, root):
         for lo, hi in pieces:
             call.isend(buf[lo:hi], nxt)
         return
-    posted = [(lo, hi, call.irecv(buf[lo:hi], prev)) for lo, hi in pieces]
+    posted = [(lo, hi, call.irecv(buf[lo:hi], prev, Channel.RECEIVER)) for lo, hi in pieces]
     for lo, hi, rv in posted:
         call.wait(rv)
         if not last:
