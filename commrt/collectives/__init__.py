@@ -206,11 +206,16 @@ def set_spin(comm, spin):
 
 
 def _plan_key(kind, algorithm, timeout, async_op, root, a, b=_noop):
-    """The plan key of a call that may take a plan (else None): no algorithm,
-    timeout or async_op given, an int root, NumPy arrays a (and b) or None.
-    (Written out: it runs on every call of the planned path, ~1 µs in all.)"""
-    if algorithm is not None or timeout is not None or async_op or type(root) is not int:
+    """The plan key of a call that may take a plan (else None): no timeout or
+    async_op given, an int root, NumPy arrays a (and b) or None.  A call that
+    names its algorithm gets a key of its own (the name last: the compiled
+    entry never looks one up, _forced_plan does).  (Written out: it runs on
+    every call of the planned path, ~1 µs in all.)"""
+    if timeout is not None or async_op or type(root) is not int:
         return None
+    if algorithm is not None:
+        key = _plan_key(kind, None, None, False, root, a, b) if type(algorithm) is str else None
+        return None if key is None else key + (algorithm,)
     if _ndarray is _NoArrays:               # the first call with data: NumPy now
         _lazy.load("numpy")
     if type(a) is _ndarray:
@@ -224,6 +229,29 @@ def _plan_key(kind, algorithm, timeout, async_op, root, a, b=_noop):
     if type(b) is _ndarray:
         return kind, root, sa, da, b.shape, b.dtype
     return (kind, root, sa, da, None, None) if b is None else None
+
+
+def _forced_plan(comm, key, out, inbuf):
+    """Run a call that names its algorithm (algorithm=) along the plan an earlier
+    call like it left (key: _plan_key's, the name in it): True when done,
+    False having done nothing.  As the compiled entry does for the cost model's
+    choice: not inside another collective's Call, no async call queued (they
+    take their sequence numbers in call order), the communicator not poisoned;
+    anything unusual hands over to the general path inside plans.run."""
+    if key is None:
+        return False
+    st = state_of(comm)
+    if st.pending or st.poisoned is not None or st.current is not None:
+        return False
+    try:
+        plan = st.small.get(key)
+    except TypeError:                       # an unhashable op: the general path names it
+        return False
+    if plan is None:
+        return False
+    if plan.mode == plans.SCHED:
+        return plans.run(comm, st, plan, out, inbuf)
+    return _small.run(comm, st, out, plan) is not None     # an all-reduce's (_small.py)
 
 
 # -- buffer collectives ----------------------------------------------------------
@@ -274,6 +302,8 @@ def _async_plan(comm, buf, key):
 @entry
 def _broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("broadcast", algorithm, timeout, async_op, root, buf)
+    if algorithm is not None and _forced_plan(comm, key, buf, None):
+        return buf
     root = _check_root(comm, root)
     flat, done = _host(buf, "buf", comm.rank != root)
     algo, mod = _pick("broadcast", comm, algorithm, flat.nbytes, timeout)
@@ -293,6 +323,9 @@ def _broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=Fals
 @entry
 def _reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key(("reduce", op), algorithm, timeout, async_op, root, buf)
+    if algorithm is not None and type(root) is int and _forced_plan(
+            comm, key, buf if comm.rank == root else None, None if comm.rank == root else buf):
+        return buf
     root = _check_root(comm, root)
     flat, done = _host(buf, "buf", comm.rank == root)
     op, red = _reducer(comm, op, flat.dtype)
@@ -315,27 +348,50 @@ def _reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op
     return execute(call, run, async_op)
 
 
+def _prepare_all_reduce(comm, key, buf, flat, op, red, algorithm):
+    """Leave a plan behind for all-reduces like this one where its algorithm has
+    one (key None: none)."""
+    if key is None:
+        return
+    if algorithm == "recursive_doubling":
+        _small.prepare(comm, state_of(comm), buf, key, op)
+        plans.prepare_all_reduce(comm, state_of(comm), key, buf, op, red)
+    elif algorithm == "rabenseifner":
+        _small.prepare_rabenseifner(comm, state_of(comm), buf, key, op, red.hook)
+    elif ("all_reduce", algorithm) in plans.LAYOUTS:
+        plans.prepare(comm, state_of(comm), key, "all_reduce", algorithm, flat.size,
+                      flat.dtype, flat.nbytes, -1, flat.size, flat.size, 0, op, red.hook)
+
+
 def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
     """The general path (key: the small path's plan key, where it may prepare one)."""
+    if algorithm is not None:
+        # a plan of its own (the name in the key, the op as the caller gave it, as
+        # the compiled entry's keys have it), as _plan_key gives the other kinds
+        key = None
+        if timeout is None and not async_op and type(buf) is _ndarray and type(algorithm) is str:
+            key = (buf.shape, buf.dtype, op, algorithm)
+            try:
+                hash(key)
+            except TypeError:               # an unhashable op: the general path names it
+                key = None
+            if _forced_plan(comm, key, buf, None):
+                return buf
     flat, done = _host(buf, "buf", True)
     op, red = _reducer(comm, op, flat.dtype)
     if algorithm is None:
         if async_op and key is None and timeout is None and type(buf) is _ndarray:
             key = (buf.shape, buf.dtype, op)     # the worker may run its plan (_async_plan)
         algorithm = _cost.choose("all_reduce", comm, flat.nbytes, timeout)
-        if algorithm == "recursive_doubling" and key is not None:
-            _small.prepare(comm, state_of(comm), buf, key, op)
-            plans.prepare_all_reduce(comm, state_of(comm), key, buf, op, red)
-        elif algorithm == "rabenseifner" and key is not None:
-            _small.prepare_rabenseifner(comm, state_of(comm), buf, key, op, red.hook)
-        elif key is not None and ("all_reduce", algorithm) in plans.LAYOUTS:
-            plans.prepare(comm, state_of(comm), key, "all_reduce", algorithm, flat.size,
-                          flat.dtype, flat.nbytes, -1, flat.size, flat.size, 0, op, red.hook)
+        _prepare_all_reduce(comm, key, buf, flat, op, red, algorithm)
         if async_op and key is not None:
             req = _async_plan(comm, buf, key)
             if req is not None:
                 return req
-    mod = registry.module("all_reduce", algorithm)
+        mod = registry.module("all_reduce", algorithm)
+    else:
+        mod = registry.module("all_reduce", algorithm)
+        _prepare_all_reduce(comm, key, buf, flat, op, red, algorithm)
     call = Call(comm, "all_reduce", count=flat.size, dtype=flat.dtype, op=op, algo=algorithm,
                 timeout=timeout)
 
@@ -351,6 +407,8 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
 @entry
 def _all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("all_gather", algorithm, timeout, async_op, 0, out, buf)
+    if algorithm is not None and _forced_plan(comm, key, out, buf):
+        return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
     if oflat.size != comm.size * flat.size or oflat.dtype != flat.dtype:
@@ -373,6 +431,8 @@ def _all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False)
 def _gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     mine = out if comm.rank == root else None
     key = _plan_key("gather", algorithm, timeout, async_op, root, buf, mine)
+    if algorithm is not None and _forced_plan(comm, key, mine, buf):
+        return mine
     root = _check_root(comm, root)
     flat, _ = _host(buf, "buf", False)
     oflat, done = None, _noop
@@ -402,6 +462,8 @@ def _gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_
 def _scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     mine = buf if comm.rank == root else None
     key = _plan_key("scatter", algorithm, timeout, async_op, root, out, mine)
+    if algorithm is not None and _forced_plan(comm, key, out, mine):
+        return out
     root = _check_root(comm, root)
     oflat, done = _host(out, "out", True)
     flat = None
@@ -430,6 +492,8 @@ def _scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async
 @entry
 def _reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key(("reduce_scatter", op), algorithm, timeout, async_op, 0, out, buf)
+    if algorithm is not None and _forced_plan(comm, key, out, buf):
+        return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
     if flat.size != comm.size * oflat.size or flat.dtype != oflat.dtype:
@@ -456,6 +520,8 @@ def _reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asy
 @entry
 def _all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("all_to_all", algorithm, timeout, async_op, 0, out, buf)
+    if algorithm is not None and _forced_plan(comm, key, out, buf):
+        return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
     if flat.size != oflat.size or flat.dtype != oflat.dtype or flat.size % comm.size:

@@ -13,6 +13,8 @@ from coll_ranks import _sent_recv, check, data, digest, reference
 
 KINDS = ["broadcast", "reduce", "gather", "scatter", "all_gather", "reduce_scatter",
          "all_to_all", "all_reduce"]
+# kinds whose reference size (plans.applies's nbytes) is N blocks of the count
+PER_BLOCK = ("gather", "scatter", "all_gather", "reduce_scatter", "all_to_all")
 
 
 def planned(comm, kind, n=None):
@@ -25,12 +27,15 @@ def planned(comm, kind, n=None):
                for p in comm.state["collectives"].small.values())
 
 
-def call(comm, kind, seed, n, dtype="float32", op="SUM", root=0, general=False, comm_=None):
-    """One call of `kind` on fresh data (general: timeout= keeps it off the plan);
-    checks it against NumPy; returns the digest of its output (None where the
-    rank has none)."""
+def call(comm, kind, seed, n, dtype="float32", op="SUM", root=0, general=False, comm_=None,
+         algorithm=None):
+    """One call of `kind` on fresh data (general: timeout= keeps it off the plan;
+    algorithm: passed as algorithm=); checks it against NumPy; returns the
+    digest of its output (None where the rank has none)."""
     c = comm_ or comm
     kw = {"timeout": 30} if general else {}
+    if algorithm is not None:
+        kw["algorithm"] = algorithm
     size, r = c.size, c.rank
     if kind == "broadcast":
         x = data(seed, r, n, dtype)
@@ -270,3 +275,28 @@ def no_plan_remembered(comm):
             comm.reduce_scatter(out, buf)
     assert np.all(out == comm.size)
     return algo, len(miss), "reduce_scatter" in str(miss)
+
+
+def forced(comm, kind, algo, n, dtype="float32", op="SUM", root=0):
+    """Calls naming their algorithm (algorithm=): after the first, do they run on
+    a plan (no Call object made: a Call is the general path's) with the
+    general path's results?  (digests of 3 such calls, of the same 3 calls
+    on the general path (timeout=), Calls made by the first three)."""
+    made = []
+    general_call = C.Call
+
+    class Counted(general_call):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("algo"))
+            super().__init__(*args, **kwargs)
+
+    call(comm, kind, 1, n, dtype, op, root, algorithm=algo)         # prepares the plan
+    C.Call = Counted
+    try:
+        planned_out = [call(comm, kind, 10 + i, n, dtype, op, root, algorithm=algo)
+                       for i in range(3)]
+    finally:
+        C.Call = general_call
+    general_out = [call(comm, kind, 10 + i, n, dtype, op, root, True, algorithm=algo)
+                   for i in range(3)]
+    return planned_out, general_out, made

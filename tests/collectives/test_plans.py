@@ -261,3 +261,28 @@ def test_pipelined_broadcast_is_planned_up_to_its_limit(n, transport):
         for planned, general, has_plan in w.run(P.same_results, "broadcast", over, "float32",
                                                 "SUM", 0):
             assert planned == general and not has_plan
+
+
+FORCED = sorted(plans.LAYOUTS) + [("all_reduce", "recursive_doubling"),
+                                  ("all_reduce", "rabenseifner")]
+
+
+@pytest.mark.parametrize("n,transport", [(4, "shm"), (3, "shm"), (3, "tcp")], ids=str)
+def test_a_call_naming_its_algorithm_runs_on_a_plan(n, transport):
+    """algorithm= gets the plan of that algorithm (keyed with its name) from its
+    second call on, as the cost model's choice does: no Call made (the general
+    path's), the general path's results bit for bit, roots other than 0 and
+    an op too; where the algorithm has no plan at that size (Rabenseifner's
+    needs a power of two; the direct reduce-scatter's blocks beyond the eager
+    limit), the general path as before."""
+    with World(n, transport=transport, env={"COMMRT_COLL_PROBE_S": "0.5"}, timeout=120) as w:
+        for kind, algo in FORCED:
+            for count in (7, 30_000):
+                nbytes = 4 * count * (n if kind in P.PER_BLOCK else 1)
+                root = n - 1 if kind in ("broadcast", "reduce", "gather", "scatter") else 0
+                op = "MAX" if kind in ("reduce", "reduce_scatter", "all_reduce") else "SUM"
+                want = plans.applies(kind, algo, n, nbytes)
+                for r, (planned, general, made) in enumerate(
+                        w.run(P.forced, kind, algo, count, "float32", op, root)):
+                    assert planned == general, (kind, algo, count, r)
+                    assert (made == []) == want, (kind, algo, count, r, made, want)
