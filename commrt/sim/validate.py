@@ -48,7 +48,7 @@ def _params(comm):
 
     p = cost.params(comm)
     return {"alpha": p.alpha, "beta": p.beta, "gamma": p.gamma, "gamma_mem": p.gamma_mem,
-            "segment": p.segment}
+            "segment": p.segment, "alpha_plan": p.alpha_plan}
 
 
 # message sizes of the β curve: an exchange of each between ranks 0 and 1 (8 KiB
@@ -357,7 +357,8 @@ def topology(n, p, terms=DEFAULT_TERMS):
 
 
 def predicted(n, nbytes, algo, p, topo=None):
-    topo = cell_topology(topo or topology(n, p), algo, n, nbytes, FORCED_PLANS)
+    topo = cell_topology(topo or topology(n, p), algo, n, nbytes, FORCED_PLANS,
+                         p.get("alpha_plan", 0.0))
     return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4), ranks_per_node=n),
                     itemsize=4)
 
@@ -368,13 +369,25 @@ def predicted(n, nbytes, algo, p, topo=None):
 FORCED_PLANS = 1
 
 
-def cell_topology(topo, algo, n, nbytes, forced_plans):
-    """The topology of one cell: a call that ran on a prepared plan pays none of
-    the general path's own work ("call")."""
+def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0):
+    """The topology of one cell.  A call that ran on a prepared plan pays none of
+    the general path's own work ("call"), and its steps are the compiled
+    chain's: with alpha_plan (the cost model's α_plan, a round of the barrier's
+    plan with every rank at once: empty messages, point to point on the chain)
+    a message's fixed cost is that instead of the Python exchanges' α; where
+    ranks outnumber cores the per-size part of the shift exchange's α (a large
+    copy waiting for a core) stays on top of it."""
     from commrt.collectives import plans
 
-    if forced_plans and topo.call and plans.applies("all_reduce", algo, n, nbytes):
-        return dataclasses.replace(topo, call=0.0)
+    if not (forced_plans and plans.applies("all_reduce", algo, n, nbytes)):
+        return topo
+    topo = dataclasses.replace(topo, call=0.0)
+    if alpha_plan:
+        base = topo.alpha_at[0][1] if topo.alpha_at else 0.0
+        topo = dataclasses.replace(
+            topo, alpha_shm=alpha_plan,
+            alpha_oversub=alpha_plan if topo.alpha_oversub else None,
+            alpha_at=tuple((k, alpha_plan + max(0.0, a - base)) for k, a in topo.alpha_at))
     return topo
 
 
@@ -445,7 +458,8 @@ def replay(files, terms=None):
                     n, local = int(first), int(first)
                     topo = topology(n, p, DEFAULT_TERMS if terms is None else terms)
                 out["measured"].append(m)
-                topo = cell_topology(topo, algo, n, k, saved.get("forced_plans"))
+                topo = cell_topology(topo, algo, n, k, saved.get("forced_plans"),
+                                     p.get("alpha_plan", 0.0))
                 out["simulated"].append(simulate(topo, schedules.steps_of(
                     algo, n, max(1, k // 4), ranks_per_node=local), itemsize=4))
     return data
