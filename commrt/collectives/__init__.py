@@ -209,7 +209,7 @@ def _plan_key(kind, algorithm, timeout, async_op, root, a, b=_noop):
     """The plan key of a call that may take a plan (else None): no timeout or
     async_op given, an int root, NumPy arrays a (and b) or None.  A call that
     names its algorithm gets a key of its own (the name last: the compiled
-    entry never looks one up, _forced_plan does).  (Written out: it runs on
+    entry never looks one up, _keyed_plan does).  (Written out: it runs on
     every call of the planned path, ~1 µs in all.)"""
     if timeout is not None or async_op or type(root) is not int:
         return None
@@ -231,10 +231,12 @@ def _plan_key(kind, algorithm, timeout, async_op, root, a, b=_noop):
     return (kind, root, sa, da, None, None) if b is None else None
 
 
-def _forced_plan(comm, key, out, inbuf):
-    """Run a call that names its algorithm (algorithm=) along the plan an earlier
-    call like it left (key: _plan_key's, the name in it): True when done,
-    False having done nothing.  As the compiled entry does for the cost model's
+def _keyed_plan(comm, key, out, inbuf):
+    """Run a call along the plan an earlier call like it left (key: the plan key
+    the general path prepared it under; a call that names its algorithm
+    (algorithm=) has the name in its key; the variable-size collectives, which
+    the compiled entry does not serve, their counts): True when done, False
+    having done nothing.  As the compiled entry does for the cost model's
     choice: not inside another collective's Call, no async call queued (they
     take their sequence numbers in call order), the communicator not poisoned;
     anything unusual hands over to the general path inside plans.run."""
@@ -302,7 +304,7 @@ def _async_plan(comm, buf, key):
 @entry
 def _broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("broadcast", algorithm, timeout, async_op, root, buf)
-    if algorithm is not None and _forced_plan(comm, key, buf, None):
+    if algorithm is not None and _keyed_plan(comm, key, buf, None):
         return buf
     root = _check_root(comm, root)
     flat, done = _host(buf, "buf", comm.rank != root)
@@ -323,7 +325,7 @@ def _broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=Fals
 @entry
 def _reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key(("reduce", op), algorithm, timeout, async_op, root, buf)
-    if algorithm is not None and type(root) is int and _forced_plan(
+    if algorithm is not None and type(root) is int and _keyed_plan(
             comm, key, buf if comm.rank == root else None, None if comm.rank == root else buf):
         return buf
     root = _check_root(comm, root)
@@ -375,7 +377,7 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
                 hash(key)
             except TypeError:               # an unhashable op: the general path names it
                 key = None
-            if _forced_plan(comm, key, buf, None):
+            if _keyed_plan(comm, key, buf, None):
                 return buf
     flat, done = _host(buf, "buf", True)
     op, red = _reducer(comm, op, flat.dtype)
@@ -407,7 +409,7 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
 @entry
 def _all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("all_gather", algorithm, timeout, async_op, 0, out, buf)
-    if algorithm is not None and _forced_plan(comm, key, out, buf):
+    if algorithm is not None and _keyed_plan(comm, key, out, buf):
         return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
@@ -431,7 +433,7 @@ def _all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False)
 def _gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     mine = out if comm.rank == root else None
     key = _plan_key("gather", algorithm, timeout, async_op, root, buf, mine)
-    if algorithm is not None and _forced_plan(comm, key, mine, buf):
+    if algorithm is not None and _keyed_plan(comm, key, mine, buf):
         return mine
     root = _check_root(comm, root)
     flat, _ = _host(buf, "buf", False)
@@ -462,7 +464,7 @@ def _gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_
 def _scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     mine = buf if comm.rank == root else None
     key = _plan_key("scatter", algorithm, timeout, async_op, root, out, mine)
-    if algorithm is not None and _forced_plan(comm, key, out, mine):
+    if algorithm is not None and _keyed_plan(comm, key, out, mine):
         return out
     root = _check_root(comm, root)
     oflat, done = _host(out, "out", True)
@@ -492,7 +494,7 @@ def _scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async
 @entry
 def _reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key(("reduce_scatter", op), algorithm, timeout, async_op, 0, out, buf)
-    if algorithm is not None and _forced_plan(comm, key, out, buf):
+    if algorithm is not None and _keyed_plan(comm, key, out, buf):
         return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
@@ -520,7 +522,7 @@ def _reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asy
 @entry
 def _all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key("all_to_all", algorithm, timeout, async_op, 0, out, buf)
-    if algorithm is not None and _forced_plan(comm, key, out, buf):
+    if algorithm is not None and _keyed_plan(comm, key, out, buf):
         return out
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
@@ -576,7 +578,14 @@ def all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_o
     oflat, done = _host(out, "out", True)
     _holds("all_gatherv", flat, counts[comm.rank], flat.dtype, "buf", f"counts[{comm.rank}]")
     _holds("all_gatherv", oflat, sum(counts), flat.dtype, "out", "sum(counts)")
+    key = _plan_key("all_gatherv", algorithm, timeout, async_op, 0, out, buf)
+    key = key and key + (tuple(counts),)
+    if _keyed_plan(comm, key, out, buf):
+        return out
     algo, mod = _pick("all_gatherv", comm, algorithm, oflat.nbytes, timeout)
+    if key is not None:
+        plans.prepare(comm, state_of(comm), key, "all_gatherv", algo, oflat.size, flat.dtype,
+                      oflat.nbytes, flat.nbytes, counts, counts)
     call = Call(comm, "all_gatherv", count=oflat.size, dtype=flat.dtype, algo=algo,
                 timeout=timeout)
 
@@ -605,7 +614,17 @@ def gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout
     elif counts is not None:
         cnt = _counts(comm, counts, "gatherv: counts")
         _holds("gatherv", flat, cnt[comm.rank], flat.dtype, "buf", f"counts[{comm.rank}]")
+    mine = out if comm.rank == root else None
+    key = _plan_key("gatherv", algorithm, timeout, async_op, root, buf, mine)
+    # the root's counts place the blocks; a sender's message is its buf
+    key = key and key + (tuple(cnt) if comm.rank == root else None,)
+    if _keyed_plan(comm, key, mine, buf):
+        return mine
     algo, mod = _pick("gatherv", comm, algorithm, flat.nbytes * comm.size, timeout)
+    if key is not None:
+        sizes = cnt or [flat.size if q == comm.rank else 0 for q in range(comm.size)]
+        plans.prepare(comm, state_of(comm), key, "gatherv", algo, 0, flat.dtype,
+                      -1 if oflat is None else oflat.nbytes, flat.nbytes, sizes, sizes, root)
     call = Call(comm, "gatherv", dtype=flat.dtype, root=root, algo=algo, timeout=timeout)
 
     def run():
@@ -633,7 +652,16 @@ def scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeou
     elif counts is not None:
         cnt = _counts(comm, counts, "scatterv: counts")
         _holds("scatterv", oflat, cnt[comm.rank], oflat.dtype, "out", f"counts[{comm.rank}]")
+    mine = buf if comm.rank == root else None
+    key = _plan_key("scatterv", algorithm, timeout, async_op, root, out, mine)
+    key = key and key + (tuple(cnt) if comm.rank == root else None,)
+    if _keyed_plan(comm, key, out, mine):
+        return out
     algo, mod = _pick("scatterv", comm, algorithm, oflat.nbytes * comm.size, timeout)
+    if key is not None:
+        sizes = cnt or [oflat.size if q == comm.rank else 0 for q in range(comm.size)]
+        plans.prepare(comm, state_of(comm), key, "scatterv", algo, 0, oflat.dtype,
+                      oflat.nbytes, -1 if flat is None else flat.nbytes, sizes, sizes, root)
     call = Call(comm, "scatterv", dtype=oflat.dtype, root=root, algo=algo, timeout=timeout)
 
     def run():
@@ -659,7 +687,17 @@ def all_to_allv(comm, out, buf, send_counts, recv_counts, *, algorithm=None, tim
     if sc[r] != rc[r]:
         raise ValueError(f"all_to_allv: send_counts[{r}] = {sc[r]} and recv_counts[{r}] = "
                          f"{rc[r]} (this rank's block to itself) differ")
+    key = _plan_key("all_to_allv", algorithm, timeout, async_op, 0, out, buf)
+    key = key and key + (tuple(sc), tuple(rc))
+    if _keyed_plan(comm, key, out, buf):
+        return out
     algo, mod = _pick("all_to_allv", comm, algorithm, flat.nbytes, timeout)
+    if key is not None:
+        # the schedule's counts[q][p] (q sends p): only this rank's row and column
+        matrix = [[sc[p] if q == r else (rc[q] if p == r else 0) for p in range(comm.size)]
+                  for q in range(comm.size)]
+        plans.prepare(comm, state_of(comm), key, "all_to_allv", algo, 0, flat.dtype,
+                      oflat.nbytes, flat.nbytes, matrix, matrix)
     call = Call(comm, "all_to_allv", dtype=flat.dtype, algo=algo, timeout=timeout)
 
     def run():

@@ -1,5 +1,6 @@
 """Prepared plans for broadcast, reduce, gather, scatter, all-gather,
-reduce-scatter, all-to-all and the ring's and reduce_bcast's all-reduce,
+reduce-scatter, all-to-all, their variable-size forms (all_gatherv,
+gatherv, scatterv, all_to_allv) and the ring's and reduce_bcast's all-reduce,
 built from the chosen algorithm's own ``schedule`` (recursive doubling's and
 Rabenseifner's on power-of-two worlds, and the barrier's, are in _small.py).
 
@@ -18,7 +19,7 @@ rotation).  A later blocking call with the same arguments, no ``timeout=``
 and no ``async_op=``, stamps the sequence number and runs the chain: one C
 call.  A call that names its algorithm (``algorithm=``) gets a plan of its
 own, keyed with the name, which the general path's first lines run
-(collectives._forced_plan: a few µs of Python more than the compiled entry,
+(collectives._keyed_plan: a few µs of Python more than the compiled entry,
 none of the general path's per-step Python).
 
 The messages, fingerprints and operand order are the general path's (the
@@ -44,6 +45,7 @@ from commrt import _lazy
 from commrt import config
 from commrt.collectives import _small
 from commrt.collectives._entry import SCHED, PlanCore
+from commrt.collectives.chunking import offsets
 from commrt.collectives.call import Call, Recv
 from commrt.collectives.fingerprint import DTYPE_CODE, SEQ_MASK, TAG, algo_code, kind_code, pack
 from commrt.comm import Channel
@@ -149,6 +151,41 @@ def _all_gather_out(n, r, sched, m, isz, root, hook):
     receive half of an exchange (all_gather/ring.py, direct.py)."""
     steps = _copied_by(Channel.EXCHANGE, [_msgs(s, isz, BUF, BUF) for s in sched])
     steps[0].insert(0, _copy(r, BUF, r * m * isz, IN, 0, m * isz))
+    return steps, None
+
+
+# the variable-size collectives: sched_count is their counts (a list, or
+# all_to_allv's matrix), positions in out as their schedules give them
+def _all_gatherv(n, r, sched, counts, isz, root, hook):
+    """direct and ring: one's own block copied into out first, the sends read it
+    there (the direct one's general path sends buf: the same bytes)."""
+    offs = offsets(counts)
+    steps = [_msgs(s, isz, BUF, BUF) for s in sched]
+    steps[0].insert(0, _copy(r, BUF, offs[r] * isz, IN, 0, counts[r] * isz))
+    return steps, None
+
+
+def _gatherv(n, r, sched, counts, isz, root, hook):
+    steps = [_msgs(s, isz, BUF, IN) for s in sched]
+    if r == root:
+        offs = offsets(counts)
+        steps[0].append(_copy(r, BUF, offs[r] * isz, IN, 0, counts[r] * isz))
+    return steps, None
+
+
+def _scatterv(n, r, sched, counts, isz, root, hook):
+    steps = [_msgs(s, isz, BUF, IN) for s in sched]
+    if r == root:
+        offs = offsets(counts)
+        steps[0].append(_copy(r, BUF, 0, IN, offs[r] * isz, counts[r] * isz))
+    return steps, None
+
+
+def _all_to_allv(n, r, sched, counts, isz, root, hook):
+    so = offsets(counts[r])
+    ro = offsets([counts[q][r] for q in range(n)])
+    steps = [_msgs(s, isz, BUF, IN) for s in sched]
+    steps[0].append(_copy(r, BUF, ro[r] * isz, IN, so[r] * isz, counts[r][r] * isz))
     return steps, None
 
 
@@ -282,6 +319,9 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("broadcast", "pipeline"): _br
            ("reduce_scatter", "direct"): _reduce_scatter_direct,
            ("reduce_scatter", "pairwise"): _reduce_scatter,
            ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial,
+           ("all_gatherv", "direct"): _all_gatherv, ("all_gatherv", "ring"): _all_gatherv,
+           ("gatherv", "linear"): _gatherv, ("scatterv", "linear"): _scatterv,
+           ("all_to_allv", "pairwise"): _all_to_allv,
            ("all_reduce", "ring"): _all_reduce_ring,
            ("all_reduce", "reduce_bcast"): _all_reduce_reduce_bcast}
 

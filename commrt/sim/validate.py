@@ -364,7 +364,7 @@ def predicted(n, nbytes, algo, p, topo=None):
 
 
 # Runs saved with this mark measured calls naming their algorithm on that
-# algorithm's prepared plan where it has one (collectives._forced_plan); the
+# algorithm's prepared plan where it has one (collectives._keyed_plan); the
 # runs before it measured every forced algorithm on the general path.
 FORCED_PLANS = 1
 

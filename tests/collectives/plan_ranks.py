@@ -14,7 +14,8 @@ from coll_ranks import _sent_recv, check, data, digest, reference
 KINDS = ["broadcast", "reduce", "gather", "scatter", "all_gather", "reduce_scatter",
          "all_to_all", "all_reduce"]
 # kinds whose reference size (plans.applies's nbytes) is N blocks of the count
-PER_BLOCK = ("gather", "scatter", "all_gather", "reduce_scatter", "all_to_all")
+PER_BLOCK = ("gather", "scatter", "all_gather", "reduce_scatter", "all_to_all", "all_gatherv",
+             "gatherv", "scatterv", "all_to_allv")
 
 
 def planned(comm, kind, n=None):
@@ -23,7 +24,7 @@ def planned(comm, kind, n=None):
     n elements per block."""
     return any(getattr(p, "kind", None) == kind and (isinstance(p, SchedPlan)
                                                      or kind == "all_reduce")
-               and (n is None or p.count in (n, comm.size * n))
+               and (n is None or kind in VKINDS or p.count in (n, comm.size * n))
                for p in comm.state["collectives"].small.values())
 
 
@@ -98,6 +99,52 @@ def call(comm, kind, seed, n, dtype="float32", op="SUM", root=0, general=False, 
         want = np.concatenate([data(seed, q, size * n, dtype)[r * n:(r + 1) * n]
                                for q in range(size)])
         check(out, want, None, "all_to_all")
+        return digest(out)
+    if kind in VKINDS:
+        return _vcall(c, kind, seed, n, dtype, root, kw)
+    raise ValueError(kind)
+
+
+# the variable-size collectives: rank q's block n + q elements (all_to_allv: rank q
+# sends rank p n + (q + 2p) % 3)
+VKINDS = ("all_gatherv", "gatherv", "scatterv", "all_to_allv")
+
+
+def _vcall(c, kind, seed, n, dtype, root, kw):
+    size, r = c.size, c.rank
+    counts = [n + q for q in range(size)]
+    blocks = [data(seed, q, counts[q], dtype) for q in range(size)]
+    if kind == "all_gatherv":
+        out = np.empty(sum(counts), dtype)
+        C.all_gatherv(c, out, blocks[r], counts, **kw)
+        check(out, np.concatenate(blocks), None, "all_gatherv")
+        return digest(out)
+    if kind == "gatherv":
+        out = np.empty(sum(counts), dtype) if r == root else None
+        res = C.gatherv(c, blocks[r], out, counts if r == root else None, root, **kw)
+        if r != root:
+            assert res is None
+            return None
+        check(out, np.concatenate(blocks), None, "gatherv")
+        return digest(out)
+    if kind == "scatterv":
+        whole = data(seed, 1000, sum(counts), dtype)
+        out = np.empty(counts[r], dtype)
+        C.scatterv(c, out, whole if r == root else None, counts if r == root else None, root,
+                   **kw)
+        check(out, whole[sum(counts[:r]):sum(counts[:r + 1])], None, "scatterv")
+        return digest(out)
+    if kind == "all_to_allv":
+        def cnt(q, p):
+            return n + (q + 2 * p) % 3
+        sends = [data(seed, q, sum(cnt(q, p) for p in range(size)), dtype) for q in range(size)]
+        sc, rc = [cnt(r, p) for p in range(size)], [cnt(q, r) for q in range(size)]
+        out = np.empty(sum(rc), dtype)
+        C.all_to_allv(c, out, sends[r], sc, rc, **kw)
+        want = np.concatenate([sends[q][sum(cnt(q, p) for p in range(r)):
+                                        sum(cnt(q, p) for p in range(r + 1))]
+                               for q in range(size)])
+        check(out, want, None, "all_to_allv")
         return digest(out)
     raise ValueError(kind)
 

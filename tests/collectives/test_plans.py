@@ -76,7 +76,7 @@ def test_every_layout_is_planned_where_it_applies(kind, algo):
     general path's results on its plan, at a size where plans.applies says it
     runs on one (taken) and, for the layouts with a limit, above it (not taken)."""
     env = {**ENV, f"COMMRT_{kind.upper()}_ALGO": algo}
-    per_block = kind in ("gather", "scatter", "all_gather", "reduce_scatter", "all_to_all")
+    per_block = kind in P.PER_BLOCK
     with World(4, transport="shm", env=env, timeout=120) as w:
         for n in (7, 3000, 70_000):
             nbytes = 4 * n * (w.size if per_block else 1)
@@ -286,3 +286,25 @@ def test_a_call_naming_its_algorithm_runs_on_a_plan(n, transport):
                         w.run(P.forced, kind, algo, count, "float32", op, root)):
                     assert planned == general, (kind, algo, count, r)
                     assert (made == []) == want, (kind, algo, count, r, made, want)
+
+
+@pytest.mark.parametrize("kind", P.VKINDS)
+def test_variable_size_collectives_are_planned(world, kind):
+    """all_gatherv, gatherv, scatterv and all_to_allv (blocks of different sizes,
+    one of them empty with n = 0) run on plans keyed with their counts: the
+    general path's results (and NumPy's) bit for bit and its per-peer traffic;
+    a rank that comes late hands over, as for the fixed-size ones."""
+    for n in (0, 7, 3000):
+        for root in ((0, world.size - 1) if kind in ("gatherv", "scatterv") else (0,)):
+            for dtype in ("float32", "int64"):
+                for r, (planned, general, has_plan) in enumerate(
+                        world.run(P.same_results, kind, n, dtype, "SUM", root)):
+                    assert planned == general and has_plan, (kind, n, root, dtype, r)
+    for r, ((planned, general), has_plan) in enumerate(world.run(P.traffic, kind, 5000,
+                                                                 world.size - 1)):
+        assert has_plan and planned == general, (kind, r, planned, general)
+    # (each rank's output is checked against NumPy inside the call)
+    res = world.run(P.late_rank, kind, 0.8, 100)
+    assert all(has_plan for _, has_plan in res)
+    if kind == "all_gatherv":
+        assert len({d for d, _ in res}) == 1, res
