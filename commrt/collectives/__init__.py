@@ -360,6 +360,8 @@ def _prepare_all_reduce(comm, key, buf, flat, op, red, algorithm):
         plans.prepare_all_reduce(comm, state_of(comm), key, buf, op, red)
     elif algorithm == "rabenseifner":
         _small.prepare_rabenseifner(comm, state_of(comm), buf, key, op, red.hook)
+    elif algorithm == "tree":
+        plans.prepare_tree(comm, state_of(comm), key, buf, op, red)
     elif ("all_reduce", algorithm) in plans.LAYOUTS:
         plans.prepare(comm, state_of(comm), key, "all_reduce", algorithm, flat.size,
                       flat.dtype, flat.nbytes, -1, flat.size, flat.size, 0, op, red.hook)

@@ -312,6 +312,53 @@ def prepare_all_reduce(comm, st, key, buf, op, red):
                                     op.name == "AVG", hooks, red.kernel))
 
 
+def prepare_tree(comm, st, key, buf, op, red):
+    """A plan for the binary-tree all-reduce of one segment (the buffer within
+    COMMRT_RING_SEGMENT_BYTES): its schedule's steps over the whole buffer.  A
+    step that combines both children's copies takes the first child's as a
+    reduce-receive into the buffer and the second's into scratch, which the
+    step's hook then combines in: (own OP first) OP second, the general path's
+    order (it posts the second child's reduce-receive once the first's is
+    done).  Segmented trees keep to the general path: the hook combines the
+    whole buffer, not a segment."""
+    from commrt.collectives.all_reduce import tree
+    from commrt.collectives.chunking import seg_elems
+    from commrt.kernels import combine_address
+
+    n, r = comm.size, comm.rank
+    if n < 2 or not red.hook or buf.dtype not in DTYPE_CODE or not buf.size:
+        return
+    if not (buf.flags.c_contiguous and buf.flags.writeable) or buf.size > seg_elems(buf.itemsize):
+        return
+    nb = buf.nbytes
+    after = combine_address(red.kernel, buf.dtype, False)      # buf = buf OP tmp
+    if not after:
+        return
+    steps, hooks = [], []
+    for step in tree.schedule(n, r, buf.size, 0, itemsize=buf.itemsize):
+        combines = [m for m in step if m.op == "combine"]
+        msgs = []
+        for m in step:
+            if m.op == "send":
+                msgs.append((SEND, m.peer, BUF, 0, nb, 0))
+            elif m.op == "recv":
+                msgs.append((RECV, m.peer, BUF, 0, nb, 0))
+            elif m is combines[0]:
+                msgs.append((RECV, m.peer, BUF, 0, nb, red.hook))
+            else:
+                msgs.append((RECV, m.peer, TMP, 0, nb, 0))
+        steps.append(msgs)
+        hooks.append((after, True) if len(combines) > 1 else 0)
+    _small._keep(st, key, SchedPlan(comm, st, "all_reduce", "tree", buf.size, buf.dtype, op, 0,
+                                    steps, np.empty(nb, np.uint8), nb, 0, op.name == "AVG",
+                                    hooks, red.kernel))
+
+
+def _one_segment(n, nbytes):
+    """The tree all-reduce's plan (nbytes: the buffer): one segment."""
+    return nbytes <= config.get("COMMRT_RING_SEGMENT_BYTES")
+
+
 LAYOUTS = {("broadcast", "binomial"): _broadcast, ("broadcast", "pipeline"): _broadcast_pipeline,
            ("gather", "linear"): _gather,
            ("scatter", "linear"): _scatter, ("all_gather", "bruck"): _all_gather_bruck,
@@ -355,6 +402,8 @@ def applies(collective, algo, n, nbytes):
             return pow2 or nbytes <= MAX_TMP_BYTES
         if algo == "rabenseifner":
             return pow2 and nbytes <= _small.RANGED_MAX_BYTES
+        if algo == "tree":
+            return _one_segment(n, nbytes)
     if (collective, algo) not in LAYOUTS or nbytes > MAX_BYTES:
         return False
     limit = LIMITS.get((collective, algo))

@@ -158,9 +158,10 @@ class _World:
 
 def test_the_general_paths_own_cost_goes_to_algorithms_without_a_plan():
     """c_gen (Params.call) is charged where no prepared plan runs the call.  N = 3
-    on 2 cores: the tree's two steps looked cheaper than recursive doubling's
-    fold (3 steps), yet the tree ran on the general path at 54-115 µs and the
-    planned recursive doubling at 5-7 µs (2026-12-04)."""
+    on 2 cores: the tree's formula looked as cheap as recursive doubling's fold
+    at 8 B, yet before it had a plan the tree ran on the general path at 54-115
+    µs and the planned recursive doubling at 5-7 µs (2026-12-04).  Now the
+    tree is planned within one segment, and charged beyond."""
     from commrt.collectives import plans
 
     assert plans.applies("all_reduce", "recursive_doubling", 3, 8)
@@ -169,7 +170,9 @@ def test_the_general_paths_own_cost_goes_to_algorithms_without_a_plan():
     assert plans.applies("all_reduce", "recursive_doubling", 4, 64 << 20)      # no scratch
     assert plans.applies("all_reduce", "rabenseifner", 4, 16 << 20)
     assert not plans.applies("all_reduce", "rabenseifner", 3, 8)
-    assert not plans.applies("all_reduce", "tree", 4, 8)
+    assert plans.applies("all_reduce", "tree", 4, 8)                           # one segment
+    assert not plans.applies("all_reduce", "tree", 4, (256 << 10) + 4)
+    assert not plans.applies("all_reduce", "ps", 4, 8)
     assert plans.applies("broadcast", "binomial", 4, 8)
     assert plans.applies("broadcast", "pipeline", 4, 8)
     assert plans.applies("broadcast", "pipeline", 4, 4 << 20)
@@ -190,13 +193,21 @@ def test_the_general_paths_own_cost_goes_to_algorithms_without_a_plan():
     world = _World(3)
     p = cost.Params(alpha=3e-6, beta=5e-11, gamma=4e-11, alpha_busy=5e-6, local=3, cores=2,
                     segment=256 << 10)
-    without = cost.predict("all_reduce", world, 8, p)
-    assert cost.cheapest(without) == "tree"          # the formulas alone
-    withc = cost.predict("all_reduce", world, 8, dataclasses.replace(p, call=20e-6))
-    assert cost.cheapest(withc) == "recursive_doubling"
-    for name, t in withc.items():
-        charged = not plans.applies("all_reduce", name, 3, 8)
-        assert t == pytest.approx(without[name] + (20e-6 if charged else 0.0))
+    for nbytes in (8, 2 << 20):
+        without = cost.predict("all_reduce", world, nbytes, p)
+        withc = cost.predict("all_reduce", world, nbytes, dataclasses.replace(p, call=20e-6))
+        for name, t in withc.items():
+            charged = not plans.applies("all_reduce", name, 3, nbytes)
+            assert t == pytest.approx(without[name] + (20e-6 if charged else 0.0))
+        assert (withc["tree"] > without["tree"]) == (nbytes > p.segment)
+        assert withc["ps"] > without["ps"]
+    # an unplanned algorithm the formulas alone prefer loses to a planned one
+    big = dataclasses.replace(p, call=200e-6)
+    at = 300_000
+    alone = cost.predict("all_reduce", world, at, p)
+    assert alone["dbtree"] < alone["recursive_doubling"]
+    charged = cost.predict("all_reduce", world, at, big)
+    assert charged["dbtree"] > charged["recursive_doubling"]
 
 
 def test_a_planned_algorithm_steps_at_the_chains_alpha():
@@ -215,4 +226,5 @@ def test_a_planned_algorithm_steps_at_the_chains_alpha():
             assert fast[name] < slow[name]
         else:
             assert fast[name] == slow[name]
-    assert cost.cheapest(fast) == "recursive_doubling"
+    # (recursive doubling and the tree tie at N = 3: three waits each)
+    assert cost.cheapest(fast) in ("recursive_doubling", "tree")

@@ -308,3 +308,26 @@ def test_variable_size_collectives_are_planned(world, kind):
     assert all(has_plan for _, has_plan in res)
     if kind == "all_gatherv":
         assert len({d for d, _ in res}) == 1, res
+
+
+@pytest.mark.parametrize("n,transport", [(3, "shm"), (5, "shm"), (3, "tcp")], ids=str)
+def test_tree_all_reduce_is_planned_within_one_segment(n, transport):
+    """The binary tree's all-reduce runs on a plan where the buffer is one
+    segment: a node's second child's copy lands in scratch and the step's hook
+    combines it after the first child's reduce-receive, the general path's
+    order, so the results are its own bit for bit (rank 0 and 1 have two
+    children at N = 5); beyond one segment it keeps to the general path."""
+    env = {**ENV, "COMMRT_ALLREDUCE_ALGO": "tree"}
+    with World(n, transport=transport, env=env, timeout=120) as w:
+        for count, dtype, op in ((1, "float32", "SUM"), (3000, "float32", "SUM"),
+                                 (65536, "float32", "SUM"), (5000, "float64", "MAX"),
+                                 (1000, "int32", "AVG")):
+            for r, (planned, general, has_plan) in enumerate(
+                    w.run(P.same_results, "all_reduce", count, dtype, op, 0)):
+                assert planned == general and has_plan, (count, dtype, r)
+        for r, ((planned, general), has_plan) in enumerate(w.run(P.traffic, "all_reduce", 3000)):
+            assert has_plan and planned == general, (r, planned, general)
+        assert all(has_plan for _, has_plan in w.run(P.late_rank, "all_reduce", 0.8, 3000))
+        for r, (planned, general, has_plan) in enumerate(
+                w.run(P.same_results, "all_reduce", 65537, "float32", "SUM", 0)):
+            assert planned == general and not has_plan, r

@@ -17,7 +17,8 @@ can only arrive after the parent received ours, so it lands in the buffer
 the up-send read.
 
 Cost (d = ceil(log2(N+1)) - 1, s = K/C, k children): the first segment's trip
-up and down, 2d·(α + s·(β + γ)), then one segment per busiest-node time,
+up and down, d·(k+1)·α + 2d·s·(β + γ) (a node takes its children's copies
+one after the other), then one segment per busiest-node time,
 (C-1)·(k·s·(β + γ) + s·β + (k+1)·α).
 Bytes: a leaf sends K; an inner node sends K up and K per child down; the
 root sends K per child.
@@ -43,8 +44,12 @@ def cost(n, nbytes, p, comm=None):
     # rank 1 also receives the parent's result
     per_seg = max(kids, (3 < n) + (4 < n) + 1) * seg * (p.beta + g) - (seg * g if n > 3 else 0)
     # every further segment waits on a parent or child: a context switch where
-    # ranks outnumber cores (as the ring's segments)
-    lat = 2 * depth * p.step(n) + (c - 1) * (kids + 1) * p.step(n)
+    # ranks outnumber cores (as the ring's segments); on the way up a node takes
+    # its children's copies one after the other (the second child's is posted
+    # once the first's is combined), so the first segment's trip is depth·kids
+    # waits up and depth down (with one α a level, its prepared plan, N = 5 on
+    # 2 cores, was chosen over recursive doubling at 8 B: 17 µs against 10-11)
+    lat = depth * (kids + 1) * p.step(n) + (c - 1) * (kids + 1) * p.step(n)
     crit = 2 * depth * seg * (p.beta + g) + (c - 1) * per_seg
     return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
 
