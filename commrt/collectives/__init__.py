@@ -571,19 +571,41 @@ def _holds(what, flat, n, dtype, name, where):
                          f"{flat.size} of {flat.dtype}")
 
 
+def _counts_key(counts):
+    """counts as a tuple for a plan key, or None where they are not a sequence of
+    Python ints (the argument checks then name what is wrong).  A plan made
+    under such a key was made by a call whose checks passed with the same
+    counts, shapes and dtypes, so a call that finds it needs no checks."""
+    try:
+        key = tuple(counts)
+    except TypeError:
+        return None
+    for c in key:
+        if type(c) is not int:
+            break
+    else:
+        return key
+    if all(type(c) is int or isinstance(c, np.integer) for c in key):
+        return tuple(int(c) for c in key)       # NumPy ints: the same key
+    return None
+
+
 @entry
 def all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_op=False):
     """out (sum(counts) elements) receives every rank's buf in rank order; rank q's
     buf holds counts[q] elements (counts: the same list on every rank)."""
+    key = _plan_key("all_gatherv", algorithm, timeout, async_op, 0, out, buf)
+    if key is not None:
+        cnt = _counts_key(counts)
+        key = None if cnt is None else key + (cnt,)
+        if _keyed_plan(comm, key, out, buf):
+            return out
+        counts = counts if cnt is None else cnt
     counts = _counts(comm, counts, "counts")
     flat, _ = _host(buf, "buf", False)
     oflat, done = _host(out, "out", True)
     _holds("all_gatherv", flat, counts[comm.rank], flat.dtype, "buf", f"counts[{comm.rank}]")
     _holds("all_gatherv", oflat, sum(counts), flat.dtype, "out", "sum(counts)")
-    key = _plan_key("all_gatherv", algorithm, timeout, async_op, 0, out, buf)
-    key = key and key + (tuple(counts),)
-    if _keyed_plan(comm, key, out, buf):
-        return out
     algo, mod = _pick("all_gatherv", comm, algorithm, oflat.nbytes, timeout)
     if key is not None:
         plans.prepare(comm, state_of(comm), key, "all_gatherv", algo, oflat.size, flat.dtype,
@@ -603,6 +625,15 @@ def gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout
             async_op=False):
     """Root's out (sum(counts) elements) receives every rank's buf in rank order;
     counts (rank q's buf holds counts[q]) are needed at the root only."""
+    mine = out if comm.rank == root else None
+    key = _plan_key("gatherv", algorithm, timeout, async_op, root, buf, mine)
+    if key is not None:
+        cnt = None if counts is None else _counts_key(counts)
+        key = None if cnt is None and (counts is not None or comm.rank == root) \
+            else key + (cnt,)
+        if _keyed_plan(comm, key, mine, buf):
+            return mine
+        counts = counts if cnt is None else cnt
     root = _check_root(comm, root)
     flat, _ = _host(buf, "buf", False)
     oflat, done, cnt = None, _noop, None
@@ -616,12 +647,6 @@ def gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout
     elif counts is not None:
         cnt = _counts(comm, counts, "gatherv: counts")
         _holds("gatherv", flat, cnt[comm.rank], flat.dtype, "buf", f"counts[{comm.rank}]")
-    mine = out if comm.rank == root else None
-    key = _plan_key("gatherv", algorithm, timeout, async_op, root, buf, mine)
-    # the root's counts place the blocks; a sender's message is its buf
-    key = key and key + (tuple(cnt) if comm.rank == root else None,)
-    if _keyed_plan(comm, key, mine, buf):
-        return mine
     algo, mod = _pick("gatherv", comm, algorithm, flat.nbytes * comm.size, timeout)
     if key is not None:
         sizes = cnt or [flat.size if q == comm.rank else 0 for q in range(comm.size)]
@@ -641,6 +666,15 @@ def scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeou
              async_op=False):
     """Rank q's out (counts[q] elements) receives block q of root's buf (sum(counts)
     elements, packed in rank order); counts are needed at the root only."""
+    mine = buf if comm.rank == root else None
+    key = _plan_key("scatterv", algorithm, timeout, async_op, root, out, mine)
+    if key is not None:
+        cnt = None if counts is None else _counts_key(counts)
+        key = None if cnt is None and (counts is not None or comm.rank == root) \
+            else key + (cnt,)
+        if _keyed_plan(comm, key, out, mine):
+            return out
+        counts = counts if cnt is None else cnt
     root = _check_root(comm, root)
     oflat, done = _host(out, "out", True)
     flat, cnt = None, None
@@ -654,11 +688,6 @@ def scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeou
     elif counts is not None:
         cnt = _counts(comm, counts, "scatterv: counts")
         _holds("scatterv", oflat, cnt[comm.rank], oflat.dtype, "out", f"counts[{comm.rank}]")
-    mine = buf if comm.rank == root else None
-    key = _plan_key("scatterv", algorithm, timeout, async_op, root, out, mine)
-    key = key and key + (tuple(cnt) if comm.rank == root else None,)
-    if _keyed_plan(comm, key, out, mine):
-        return out
     algo, mod = _pick("scatterv", comm, algorithm, oflat.nbytes * comm.size, timeout)
     if key is not None:
         sizes = cnt or [oflat.size if q == comm.rank else 0 for q in range(comm.size)]
@@ -679,6 +708,14 @@ def all_to_allv(comm, out, buf, send_counts, recv_counts, *, algorithm=None, tim
     """send_counts[q] elements of buf (blocks packed in rank order) go to rank q, whose
     out receives them as its block r; recv_counts[q] elements of out come from rank q
     (rank q's send_counts[r] must equal this rank's recv_counts[q])."""
+    key = _plan_key("all_to_allv", algorithm, timeout, async_op, 0, out, buf)
+    if key is not None:
+        sck, rck = _counts_key(send_counts), _counts_key(recv_counts)
+        key = None if sck is None or rck is None else key + (sck, rck)
+        if _keyed_plan(comm, key, out, buf):
+            return out
+        send_counts = send_counts if sck is None else sck
+        recv_counts = recv_counts if rck is None else rck
     sc = _counts(comm, send_counts, "send_counts")
     rc = _counts(comm, recv_counts, "recv_counts")
     flat, _ = _host(buf, "buf", False)
@@ -689,10 +726,6 @@ def all_to_allv(comm, out, buf, send_counts, recv_counts, *, algorithm=None, tim
     if sc[r] != rc[r]:
         raise ValueError(f"all_to_allv: send_counts[{r}] = {sc[r]} and recv_counts[{r}] = "
                          f"{rc[r]} (this rank's block to itself) differ")
-    key = _plan_key("all_to_allv", algorithm, timeout, async_op, 0, out, buf)
-    key = key and key + (tuple(sc), tuple(rc))
-    if _keyed_plan(comm, key, out, buf):
-        return out
     algo, mod = _pick("all_to_allv", comm, algorithm, flat.nbytes, timeout)
     if key is not None:
         # the schedule's counts[q][p] (q sends p): only this rank's row and column

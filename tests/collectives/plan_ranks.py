@@ -347,3 +347,41 @@ def forced(comm, kind, algo, n, dtype="float32", op="SUM", root=0):
     general_out = [call(comm, kind, 10 + i, n, dtype, op, root, True, algorithm=algo)
                    for i in range(3)]
     return planned_out, general_out, made
+
+
+def v_counts_checked_on_the_plan(comm):
+    """With all_gatherv's plan made, counts that are not ints, or are a generator
+    or NumPy ints: (error type of float counts, of too few counts, generator
+    result right, NumPy ints took the plan (no Call made))."""
+    n, r = comm.size, comm.rank
+    counts = [2 + q for q in range(n)]
+    buf = np.full(counts[r], r, np.float32)
+    out = np.empty(sum(counts), np.float32)
+    want = np.concatenate([np.full(c, q, np.float32) for q, c in enumerate(counts)])
+    for _ in range(2):
+        C.all_gatherv(comm, out, buf, counts)
+    errors = []
+    for bad in ([float(c) for c in counts], counts[:-1]):
+        try:
+            C.all_gatherv(comm, out, buf, bad)
+            errors.append(None)
+        except (TypeError, ValueError) as exc:
+            errors.append(type(exc).__name__)
+    out[:] = -1
+    C.all_gatherv(comm, out, buf, (c for c in counts))
+    gen_ok = bool(np.array_equal(out, want))
+    made = []
+    general_call = C.Call
+
+    class Counted(general_call):
+        def __init__(self, *args, **kwargs):
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    C.Call = Counted
+    try:
+        out[:] = -1
+        C.all_gatherv(comm, out, buf, np.array(counts, np.int64))
+    finally:
+        C.Call = general_call
+    return errors, gen_ok, bool(np.array_equal(out, want)) and not made

@@ -331,3 +331,13 @@ def test_tree_all_reduce_is_planned_within_one_segment(n, transport):
         for r, (planned, general, has_plan) in enumerate(
                 w.run(P.same_results, "all_reduce", 65537, "float32", "SUM", 0)):
             assert planned == general and not has_plan, r
+
+
+def test_variable_size_counts_are_checked_before_a_plan_runs():
+    """A plan is taken before the argument checks only for counts equal to a
+    checked call's (Python or NumPy ints): float counts or too few still raise
+    their clear errors on every rank, with the plan there."""
+    with World(3, transport="shm", env=ENV, timeout=60) as w:
+        for errors, gen_ok, numpy_ints_planned in w.run(P.v_counts_checked_on_the_plan):
+            assert errors == ["TypeError", "ValueError"], errors
+            assert gen_ok and numpy_ints_planned
