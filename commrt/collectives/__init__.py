@@ -590,6 +590,20 @@ def _counts_key(counts):
     return None
 
 
+def _rooted_key(comm, kind, algorithm, timeout, async_op, root, a, b, counts):
+    """gatherv's and scatterv's plan key (None: none) with their counts, and the
+    counts to check (a tuple where they are the key's).  The root's counts are
+    in the key; elsewhere counts are optional, and in the key as given (None
+    or checked ints)."""
+    key = _plan_key(kind, algorithm, timeout, async_op, root, a, b)
+    if key is None:
+        return None, counts
+    cnt = None if counts is None else _counts_key(counts)
+    if cnt is None and (counts is not None or comm.rank == root):
+        return None, counts
+    return key + (cnt,), (counts if cnt is None else cnt)
+
+
 @entry
 def all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_op=False):
     """out (sum(counts) elements) receives every rank's buf in rank order; rank q's
@@ -626,14 +640,10 @@ def gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout
     """Root's out (sum(counts) elements) receives every rank's buf in rank order;
     counts (rank q's buf holds counts[q]) are needed at the root only."""
     mine = out if comm.rank == root else None
-    key = _plan_key("gatherv", algorithm, timeout, async_op, root, buf, mine)
-    if key is not None:
-        cnt = None if counts is None else _counts_key(counts)
-        key = None if cnt is None and (counts is not None or comm.rank == root) \
-            else key + (cnt,)
-        if _keyed_plan(comm, key, mine, buf):
-            return mine
-        counts = counts if cnt is None else cnt
+    key, counts = _rooted_key(comm, "gatherv", algorithm, timeout, async_op, root, buf, mine,
+                              counts)
+    if _keyed_plan(comm, key, mine, buf):
+        return mine
     root = _check_root(comm, root)
     flat, _ = _host(buf, "buf", False)
     oflat, done, cnt = None, _noop, None
@@ -667,14 +677,10 @@ def scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeou
     """Rank q's out (counts[q] elements) receives block q of root's buf (sum(counts)
     elements, packed in rank order); counts are needed at the root only."""
     mine = buf if comm.rank == root else None
-    key = _plan_key("scatterv", algorithm, timeout, async_op, root, out, mine)
-    if key is not None:
-        cnt = None if counts is None else _counts_key(counts)
-        key = None if cnt is None and (counts is not None or comm.rank == root) \
-            else key + (cnt,)
-        if _keyed_plan(comm, key, out, mine):
-            return out
-        counts = counts if cnt is None else cnt
+    key, counts = _rooted_key(comm, "scatterv", algorithm, timeout, async_op, root, out, mine,
+                              counts)
+    if _keyed_plan(comm, key, out, mine):
+        return out
     root = _check_root(comm, root)
     oflat, done = _host(out, "out", True)
     flat, cnt = None, None
