@@ -325,7 +325,7 @@ def _broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=Fals
 @entry
 def _reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     key = _plan_key(("reduce", op), algorithm, timeout, async_op, root, buf)
-    if algorithm is not None and type(root) is int and _keyed_plan(
+    if algorithm is not None and _keyed_plan(
             comm, key, buf if comm.rank == root else None, None if comm.rank == root else buf):
         return buf
     root = _check_root(comm, root)
@@ -392,10 +392,9 @@ def _all_reduce(comm, buf, op, algorithm, timeout, async_op, key):
             req = _async_plan(comm, buf, key)
             if req is not None:
                 return req
-        mod = registry.module("all_reduce", algorithm)
-    else:
-        mod = registry.module("all_reduce", algorithm)
+    else:                                   # (an unknown name has no plan to prepare)
         _prepare_all_reduce(comm, key, buf, flat, op, red, algorithm)
+    mod = registry.module("all_reduce", algorithm)
     call = Call(comm, "all_reduce", count=flat.size, dtype=flat.dtype, op=op, algo=algorithm,
                 timeout=timeout)
 

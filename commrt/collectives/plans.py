@@ -55,6 +55,7 @@ RECV, SEND, COPY = 0, 1, 2          # chain message kinds (transport/chain.pxi)
 BUF, IN, TMP = 0, 1, 2              # the output, the input, the plan's scratch
 MAX_BYTES = 16 << 20                # beyond, a plan saves under 0.1% of a call
 MAX_TMP_BYTES = 1 << 20             # a plan holding scratch keeps it: bounded
+PIPELINE_MAX_BYTES = 4 << 20        # the pipelined broadcast's plans (_pipeline_fits)
 
 
 class SchedPlan(PlanCore):
@@ -195,6 +196,14 @@ def _eager_blocks(n, nbytes):
     return n == 2 or nbytes // n <= config.get("COMMRT_EAGER_LIMIT")
 
 
+def _pipeline_fits(n, nbytes):
+    """The pipelined broadcast's plan, up to 4 MiB: a chain waits for a step's
+    send before its next step, so beyond, where the general path keeps several
+    segments in flight down the chain, the plan lost (N = 4, 16 MiB: 7.7 ms on
+    the general path, 9.2-9.9 planned; 4 MiB 1.92 -> 1.46-1.53 planned)."""
+    return nbytes <= PIPELINE_MAX_BYTES
+
+
 def _scratch_fits(n, nbytes):
     """Bruck's plan (nbytes: the output, the size of its scratch)."""
     return nbytes <= MAX_TMP_BYTES
@@ -276,6 +285,23 @@ def _copied_by(copier, steps):
     return [[msg + (0, 0, copier) if msg[0] == RECV else msg for msg in s] for s in steps]
 
 
+def _whole_buffer_fits(buf, red):
+    """Whether a whole-buffer all-reduce plan (recursive doubling's beyond powers of
+    two, the tree's) can run on buf: a C combine loop, a dtype on the wire, a
+    contiguous writable buffer."""
+    return bool(red.hook) and buf.dtype in DTYPE_CODE and buf.flags.c_contiguous \
+        and buf.flags.writeable
+
+
+def _keep_whole(comm, st, key, algo, buf, op, red, steps, hooks):
+    """Keep a whole-buffer all-reduce plan: its steps, the steps' hooks (0 or
+    (C address, our operand first)), a scratch buffer of the buffer's size."""
+    nb = buf.nbytes
+    _small._keep(st, key, SchedPlan(comm, st, "all_reduce", algo, buf.size, buf.dtype, op, 0,
+                                    steps, np.empty(nb, np.uint8), nb, 0, op.name == "AVG",
+                                    hooks, red.kernel))
+
+
 def prepare_all_reduce(comm, st, key, buf, op, red):
     """A plan for recursive doubling on a world that is not a power of two (the
     power-of-two ones are _small.py's): the fold's send-only and receive-only
@@ -285,9 +311,7 @@ def prepare_all_reduce(comm, st, key, buf, op, red):
     from commrt.kernels import combine_address
 
     n, r = comm.size, comm.rank
-    if n < 3 or not n & (n - 1) or not red.hook or buf.dtype not in DTYPE_CODE:
-        return
-    if not (buf.flags.c_contiguous and buf.flags.writeable) or buf.nbytes > MAX_TMP_BYTES:
+    if n < 3 or not n & (n - 1) or not _whole_buffer_fits(buf, red) or buf.nbytes > MAX_TMP_BYTES:
         return
     nb = buf.nbytes
     steps, hooks = [], []
@@ -307,9 +331,7 @@ def prepare_all_reduce(comm, st, key, buf, op, red):
                      else 0)
     if not all(h == 0 or h[0] for h in hooks):
         return
-    _small._keep(st, key, SchedPlan(comm, st, "all_reduce", "recursive_doubling", buf.size,
-                                    buf.dtype, op, 0, steps, np.empty(nb, np.uint8), nb, 0,
-                                    op.name == "AVG", hooks, red.kernel))
+    _keep_whole(comm, st, key, "recursive_doubling", buf, op, red, steps, hooks)
 
 
 def prepare_tree(comm, st, key, buf, op, red):
@@ -326,9 +348,8 @@ def prepare_tree(comm, st, key, buf, op, red):
     from commrt.kernels import combine_address
 
     n, r = comm.size, comm.rank
-    if n < 2 or not red.hook or buf.dtype not in DTYPE_CODE or not buf.size:
-        return
-    if not (buf.flags.c_contiguous and buf.flags.writeable) or buf.size > seg_elems(buf.itemsize):
+    if n < 2 or not buf.size or buf.size > seg_elems(buf.itemsize) \
+            or not _whole_buffer_fits(buf, red):
         return
     nb = buf.nbytes
     after = combine_address(red.kernel, buf.dtype, False)      # buf = buf OP tmp
@@ -349,9 +370,7 @@ def prepare_tree(comm, st, key, buf, op, red):
                 msgs.append((RECV, m.peer, TMP, 0, nb, 0))
         steps.append(msgs)
         hooks.append((after, True) if len(combines) > 1 else 0)
-    _small._keep(st, key, SchedPlan(comm, st, "all_reduce", "tree", buf.size, buf.dtype, op, 0,
-                                    steps, np.empty(nb, np.uint8), nb, 0, op.name == "AVG",
-                                    hooks, red.kernel))
+    _keep_whole(comm, st, key, "tree", buf, op, red, steps, hooks)
 
 
 def _one_segment(n, nbytes):
@@ -374,17 +393,6 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("broadcast", "pipeline"): _br
 
 # The layouts that refuse some sizes, each with the predicate (n, nbytes of the
 # collective's reference size) that it and applies() both use
-def _pipeline_fits(n, nbytes):
-    """The pipelined broadcast's plan, up to 4 MiB: a chain waits for a step's
-    send before its next step, so beyond, where the general path keeps several
-    segments in flight down the chain, the plan lost (N = 4, 16 MiB: 7.7 ms on
-    the general path, 9.2-9.9 planned; 4 MiB 1.92 -> 1.46-1.53 planned)."""
-    return nbytes <= PIPELINE_MAX_BYTES
-
-
-PIPELINE_MAX_BYTES = 4 << 20
-
-
 LIMITS = {("reduce_scatter", "direct"): _eager_blocks, ("all_gather", "bruck"): _scratch_fits,
           ("broadcast", "pipeline"): _pipeline_fits}
 

@@ -635,7 +635,8 @@ def main(argv=None):
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"hosts": args.hosts, "local": args.ranks_per_host,
-                           "forced_plans": FORCED_PLANS, "cells": {f"{n}|{a}|{k}": v for (n, a, k), v in data.items()},
+                           "forced_plans": FORCED_PLANS,
+                           "cells": {f"{n}|{a}|{k}": v for (n, a, k), v in data.items()},
                            "params": {f"{n}|{r}": p for (n, r), p in params.items()}},
                           f, indent=1)
         return 0
