@@ -145,7 +145,8 @@ knob("COMMRT_<COLLECTIVE>_ALGO", "", str,
      "commrt/collectives/registry.py); COMMRT_ALLREDUCE_ALGO is an alias of "
      "COMMRT_ALL_REDUCE_ALGO; empty: the cost model chooses.")
 knob("COMMRT_COST_CACHE", "~/.cache/commrt/cost.json", str,
-     "File caching the measured alpha/beta/gamma per transport (empty: measure every job).",
+     "File caching the measured alpha/beta/gamma per transport (empty: measure every job); "
+     "an entry settles once two jobs' measurements agree, each job measuring until then.",
      empty=None)
 knob("COMMRT_RING_SEGMENT_BYTES", 256 << 10, _size,
      "Segment size of pipelined collectives (ring, tree, chain): reduce one while the next moves.")
