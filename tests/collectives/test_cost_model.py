@@ -278,3 +278,25 @@ def test_a_planned_algorithm_steps_at_the_chains_alpha():
             assert fast[name] == slow[name]
     # (recursive doubling and the tree tie at N = 3: three waits each)
     assert cost.cheapest(fast) in ("recursive_doubling", "tree")
+
+
+def test_binomial_reduce_streams_its_copies_beside_its_combines():
+    """reduce/binomial.py: each level's senders copy while their parents combine
+    (copier SENDER), so a byte costs max(β, γ) where the level's ranks have a
+    core each: a γ below β changes nothing there, and N = 4 on 2 cores (two
+    pairs at the first level) pays that level twice.  At N = 2 and 3 on one
+    host the ring reduce (a scratch copy, a reduce-scatter whose every segment
+    waits on a neighbour, then the gather) is not chosen at any size: measured
+    at 64 KiB-64 MiB it was 1.3-3x slower (fresh inputs, 2026-12-04)."""
+    binomial, ring = registry.module("reduce", "binomial"), registry.module("reduce", "ring")
+    p = params(2, 5e-6)
+    k = 16 << 20
+    assert binomial.cost(2, k, p) == binomial.cost(2, k, dataclasses.replace(p, gamma=p.beta / 2))
+    assert binomial.cost(2, k, p) == pytest.approx(p.nseg(k) * p.alpha + k * p.beta)
+    p4 = params(4, 20e-6)
+    assert binomial.cost(4, k, p4) == pytest.approx(p.nseg(k) * 20e-6 + 2 * k * p.beta
+                                                    + p.nseg(k) * 5e-6 + k * p.beta)
+    for n in (2, 3):
+        pn = params(n, 12e-6)
+        for nbytes in (64 << 10, 1 << 20, 16 << 20, 64 << 20):
+            assert binomial.cost(n, nbytes, pn) < ring.cost(n, nbytes, pn), (n, nbytes)

@@ -9,7 +9,8 @@ shared memory the messages stream through the rings whatever their size, the
 sender copying while the receiver combines, where a receiver reading with
 process_vm_readv would do both: 16 MiB at N = 2 took 1220 us against 1640).  Internal non-root nodes accumulate in
 scratch, so non-root buffers stay unchanged.
-Cost: ceil(log2 N)·(α + K·β + K·γ).  Bytes: every non-root sends K once;
+Cost: ceil(log2 N)·(α + K·max(β, γ)) where every level's ranks have a core
+(see cost).  Bytes: every non-root sends K once;
 the root receives ceil(log2 N)·K at most.
 """
 import math
@@ -21,9 +22,22 @@ TIE = 0
 
 
 def cost(n, nbytes, p, comm=None):
+    """Level by level (mask 1, 2, 4, ...): the level's senders stream to their
+    parents at once, each sender's core copying while its parent's combines, so
+    a byte costs the slower of the two (max(β, γ)) where the level's ranks have
+    a core each; beyond, its pairs share the cores (of all hosts).  Charged
+    β + γ a byte, the model put the ring below binomial at N = 2 from 16 MiB
+    and at N = 3 and 5 from 1 MiB, where binomial ran 1.3-3x faster (fresh
+    inputs, 2026-12-04)."""
     if n == 1:
         return 0.0
-    return math.ceil(math.log2(n)) * (p.nseg(nbytes) * p.alpha + nbytes * (p.beta + p.gamma))
+    t, mask = 0.0, 1
+    while mask < n:
+        pairs = len(range(mask, n, 2 * mask))       # senders v with v & mask, lower bits 0
+        t += p.nseg(nbytes) * p.step(2 * pairs) \
+            + nbytes * max(p.beta, p.gamma) * max(1.0, 2 * pairs / (p.cores * p.hosts))
+        mask <<= 1
+    return t
 
 
 def schedule(n, rank, count, root=0):

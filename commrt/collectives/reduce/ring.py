@@ -19,7 +19,9 @@ def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
     chunk = nbytes / n
-    step = p.nseg(chunk) * p.alpha + chunk * p.beta
+    # every segment waits on the left neighbour: a context switch where ranks
+    # outnumber cores (α_busy), as in the ring all-reduce
+    step = p.nseg(chunk) * p.step(n) + chunk * p.beta
     # the scratch copy was left out until 2026-12-03: at N = 2 and 16 MiB the model
     # then put the ring 13% below binomial where it ran 1.8x slower (3.8-4.0 ms
     # against 2.1-2.2, bench collectives --algos all), and auto took it
