@@ -262,10 +262,32 @@ def _all_reduce_ring(n, r, sched, m, isz, root, hook):
     make the two lists differ in length: the longer one's tail goes alone.)"""
     if not hook:
         return None, None
-    msgs = [msg for s in sched for msg in _msgs(s, isz, BUF, BUF, hook)]
+    return _paired([msg for s in sched for msg in _msgs(s, isz, BUF, BUF, hook)]), None
+
+
+def _paired(msgs):
+    """The ring's messages regrouped so that step t holds the t-th send and the
+    t-th receive (see _all_reduce_ring)."""
     sends = [msg for msg in msgs if msg[0] == SEND]
     recvs = [msg for msg in msgs if msg[0] == RECV]
-    return [[*sends[t:t + 1], *recvs[t:t + 1]] for t in range(max(len(sends), len(recvs)))], None
+    return [[*sends[t:t + 1], *recvs[t:t + 1]] for t in range(max(len(sends), len(recvs)))]
+
+
+def _reduce_ring(n, r, sched, m, isz, root, hook):
+    """The in-place ring reduce-scatter, regrouped as the ring all-reduce's (step t:
+    the t-th send and the t-th receive), in the buffer at the root and in
+    scratch holding a copy of the input elsewhere (the input stays unchanged),
+    then the last step: each rank's reduced chunk to the root, which receives
+    them straight into its buffer."""
+    if not hook:
+        return None, None
+    where = BUF if r == root else TMP
+    steps = _paired([msg for s in sched[:-1] for msg in _msgs(s, isz, where, where, hook)])
+    steps.append(_msgs(sched[-1], isz, BUF, where))
+    if r == root:
+        return steps, None
+    steps[0].insert(0, _copy(r, TMP, 0, IN, 0, m * isz))
+    return steps, m * isz
 
 
 def _all_reduce_reduce_bcast(n, r, sched, m, isz, root, hook):
@@ -389,12 +411,12 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("broadcast", "pipeline"): _br
            ("gatherv", "linear"): _gatherv, ("scatterv", "linear"): _scatterv,
            ("all_to_allv", "pairwise"): _all_to_allv,
            ("all_reduce", "ring"): _all_reduce_ring,
-           ("all_reduce", "reduce_bcast"): _all_reduce_reduce_bcast}
+           ("all_reduce", "reduce_bcast"): _all_reduce_reduce_bcast, ("reduce", "ring"): _reduce_ring}
 
 # The layouts that refuse some sizes, each with the predicate (n, nbytes of the
 # collective's reference size) that it and applies() both use
 LIMITS = {("reduce_scatter", "direct"): _eager_blocks, ("all_gather", "bruck"): _scratch_fits,
-          ("broadcast", "pipeline"): _pipeline_fits}
+          ("broadcast", "pipeline"): _pipeline_fits, ("reduce", "ring"): _scratch_fits}
 
 
 def applies(collective, algo, n, nbytes):

@@ -194,37 +194,73 @@ def test_ring_all_reduce_plan_keeps_every_dependency_and_matches_step_for_step(n
     on a later step of another), each send goes after every receive into its
     range that the schedule puts before it and before every one it puts
     after, and the messages are the schedule's, in its order."""
-    import random
-
     from commrt.collectives.all_reduce import ring
 
-    rng = random.Random(n)
-    for count in [1, n - 1, n, 1000, 65536 * n - 1, 65536 * n + 1, 65536 * 3 + 7, 200_000,
-                  rng.randrange(1, 600_000)]:
-        for isz in (4, 8):
-            scheds = [ring.schedule(n, r, count, 0, itemsize=isz) for r in range(n)]
-            steps = [plans._all_reduce_ring(n, r, scheds[r], count, isz, 0, 1)[0]
-                     for r in range(n)]
+    for count, isz in _ring_counts(n):
+        scheds = [ring.schedule(n, r, count, 0, itemsize=isz) for r in range(n)]
+        steps = [plans._all_reduce_ring(n, r, scheds[r], count, isz, 0, 1)[0] for r in range(n)]
+        orders = [[m for s in scheds[r] for m in plans._msgs(s, isz, plans.BUF, plans.BUF, 1)]
+                  for r in range(n)]
+        _check_paired(n, orders, steps, (count, isz))
+
+
+@pytest.mark.parametrize("n", range(2, 10))
+def test_ring_reduce_plan_keeps_every_dependency(n):
+    """The ring reduce's plan: its in-place ring reduce-scatter regrouped as the
+    ring all-reduce's (checked the same way; in scratch, after a copy of the
+    input, at the non-roots), then the gather of the reduced chunks, the
+    schedule's last step, as it is."""
+    from commrt.collectives.reduce import ring
+
+    for root in (0, n - 1):
+        for count, isz in _ring_counts(n):
+            scheds = [ring.schedule(n, r, count, root, itemsize=isz) for r in range(n)]
+            orders, steps = [], []
             for r in range(n):
-                order = [m for s in scheds[r] for m in plans._msgs(s, isz, plans.BUF, plans.BUF, 1)]
-                for step in steps[r]:
-                    assert sum(m[0] == plans.SEND for m in step) <= 1
-                    assert sum(m[0] == plans.RECV for m in step) <= 1
-                flat = [m for step in steps[r] for m in step]
-                assert sorted(flat) == sorted(order)
-                for kind in (plans.SEND, plans.RECV):    # each list in the schedule's order
-                    assert [m for m in flat if m[0] == kind] == [m for m in order if m[0] == kind]
-                when = _steps_of(order, steps[r])
-                for i, m in enumerate(order):
-                    if m[0] != plans.SEND:
-                        continue
-                    peer_step = [x for x in steps[m[1]][when[i]] if x[0] == plans.RECV]
-                    assert peer_step and peer_step[0][1] == r and peer_step[0][4] == m[4]
-                    for j, x in enumerate(order):
-                        overlap = x[0] == plans.RECV and x[3] < m[3] + m[4] and m[3] < x[3] + x[4]
-                        if overlap:
-                            assert when[j] < when[i] if j < i else when[j] > when[i], (
-                                n, count, isz, r, i, j)
+                got, tmp = plans._reduce_ring(n, r, scheds[r], count, isz, root, 1)
+                where = plans.BUF if r == root else plans.TMP
+                assert tmp == (None if r == root else count * isz)
+                if r != root:
+                    assert got[0][0] == plans._copy(r, plans.TMP, 0, plans.IN, 0, count * isz)
+                    got = [got[0][1:]] + got[1:]
+                assert got[-1] == plans._msgs(scheds[r][-1], isz, plans.BUF, where)
+                steps.append(got[:-1])
+                orders.append([m for s in scheds[r][:-1]
+                               for m in plans._msgs(s, isz, where, where, 1)])
+            # (each rank's sends and receives, by peer: BUF and TMP are one buffer's
+            # offsets either way)
+            _check_paired(n, orders, steps, (root, count, isz))
+
+
+def _ring_counts(n):
+    import random
+
+    rng = random.Random(n)
+    return [(count, isz) for count in [1, n - 1, n, 1000, 65536 * n - 1, 65536 * n + 1,
+                                       65536 * 3 + 7, 200_000, rng.randrange(1, 600_000)]
+            for isz in (4, 8)]
+
+
+def _check_paired(n, orders, steps, what):
+    for r in range(n):
+        order = orders[r]
+        for step in steps[r]:
+            assert sum(m[0] == plans.SEND for m in step) <= 1
+            assert sum(m[0] == plans.RECV for m in step) <= 1
+        flat = [m for step in steps[r] for m in step]
+        assert sorted(flat) == sorted(order)
+        for kind in (plans.SEND, plans.RECV):    # each list in the schedule's order
+            assert [m for m in flat if m[0] == kind] == [m for m in order if m[0] == kind]
+        when = _steps_of(order, steps[r])
+        for i, m in enumerate(order):
+            if m[0] != plans.SEND:
+                continue
+            peer_step = [x for x in steps[m[1]][when[i]] if x[0] == plans.RECV]
+            assert peer_step and peer_step[0][1] == r and peer_step[0][4] == m[4]
+            for j, x in enumerate(order):
+                overlap = x[0] == plans.RECV and x[3] < m[3] + m[4] and m[3] < x[3] + x[4]
+                if overlap:
+                    assert when[j] < when[i] if j < i else when[j] > when[i], (what, r, i, j)
 
 
 def _steps_of(order, steps):
