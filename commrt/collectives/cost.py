@@ -532,9 +532,14 @@ def predict(collective, comm, nbytes, p=None):
             q = _link(mod, p)
             planned = plans.applies(collective, name, comm.size, nbytes)
             if planned and p.alpha_plan and p.hosts <= 1:
-                # its steps are the compiled chain's, not the general path's
-                q = replace(q, alpha=min(q.alpha, p.alpha_plan),
-                            alpha_busy=min(q.alpha_busy, p.alpha_plan))
+                # its steps are the compiled chain's, not the general path's; but in
+                # a pipeline of several segments each waits on a neighbour that is
+                # busy copying the one before, for a context switch where ranks
+                # outnumber cores (SEGMENT_WAITS: the ring's and the chain's), which
+                # no plan removes
+                waits = getattr(mod, "SEGMENT_WAITS", False) and p.nseg(nbytes) > 1
+                busy = q.alpha_busy if waits else min(q.alpha_busy, p.alpha_plan)
+                q = replace(q, alpha=min(q.alpha, p.alpha_plan), alpha_busy=busy)
             t = mod.cost(comm.size, nbytes, q, comm)
             if not planned:
                 t += p.call

@@ -300,3 +300,30 @@ def test_binomial_reduce_streams_its_copies_beside_its_combines():
         pn = params(n, 12e-6)
         for nbytes in (64 << 10, 1 << 20, 16 << 20, 64 << 20):
             assert binomial.cost(n, nbytes, pn) < ring.cost(n, nbytes, pn), (n, nbytes)
+
+
+def test_a_planned_segment_that_waits_on_a_neighbour_keeps_its_context_switch():
+    """A plan's steps cost α_plan (its chain, no general path), but where ranks
+    outnumber cores a pipelined chain's or a ring's segment, one of several,
+    still waits for its neighbour to get a core (SEGMENT_WAITS: α_busy kept).  Charged α_plan, the
+    planned pipelined broadcast won the choice at N = 3 on 2 cores from 1 MiB,
+    where the binomial tree ran 1.3-1.7x faster (326 against 419 µs at 1 MiB,
+    863 against 1307 at 4 MiB, 2026-12-04)."""
+    world = _World(3)
+    p = cost.Params(alpha=5e-6, beta=1e-10, gamma=3.5e-11, alpha_busy=12e-6, alpha_plan=2.7e-6,
+                    local=3, cores=2, segment=256 << 10)
+    pipeline = registry.module("broadcast", "pipeline")
+    binomial = registry.module("broadcast", "binomial")
+    assert pipeline.SEGMENT_WAITS and not getattr(binomial, "SEGMENT_WAITS", False)
+    for nbytes in (1 << 20, 4 << 20):
+        pred = cost.predict("broadcast", world, nbytes, p)
+        assert pred["pipeline"] == pytest.approx(pipeline.cost(
+            3, nbytes, dataclasses.replace(p, alpha=2.7e-6)))
+        assert pred["binomial"] == pytest.approx(binomial.cost(
+            3, nbytes, dataclasses.replace(p, alpha=2.7e-6, alpha_busy=2.7e-6)))
+        assert cost.cheapest(pred) == "binomial"
+    one = cost.predict("broadcast", world, 64 << 10, p)          # one segment: α_plan
+    assert one["pipeline"] == pytest.approx(pipeline.cost(
+        3, 64 << 10, dataclasses.replace(p, alpha=2.7e-6, alpha_busy=2.7e-6)))
+    for kind in ("all_reduce", "reduce"):
+        assert registry.module(kind, "ring").SEGMENT_WAITS

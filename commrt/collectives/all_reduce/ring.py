@@ -29,6 +29,9 @@ from commrt.collectives.registry import Msg
 
 
 TIE = 2
+# every segment waits on a neighbour: α_busy where ranks outnumber cores, planned or
+# not (cost.predict)
+SEGMENT_WAITS = True
 # across hosts the ring's block placement sends one stream per host and direction
 NET_SHARE = 1
 # rank r's schedule is rank 0's with every peer turned by r (and chunk c by r):

@@ -14,6 +14,9 @@ from commrt.collectives.registry import Msg
 from commrt.comm import Channel
 
 TIE = 1
+# every segment waits on a neighbour: α_busy where ranks outnumber cores, planned or
+# not (cost.predict)
+SEGMENT_WAITS = True
 
 
 def cost(n, nbytes, p, comm=None):

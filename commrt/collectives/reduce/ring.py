@@ -13,6 +13,9 @@ from commrt.collectives.reduce_scatter import ring as ring_rs
 from commrt.collectives.registry import Msg
 
 TIE = 1
+# every segment waits on a neighbour: α_busy where ranks outnumber cores, planned or
+# not (cost.predict)
+SEGMENT_WAITS = True
 
 
 def cost(n, nbytes, p, comm=None):
