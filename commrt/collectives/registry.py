@@ -39,6 +39,7 @@ result buffer), peer a rank; every message of a step is posted together.  Messag
 derived communicator's own context (dbtree's two trees, hierarchical's
 steps) carry that context's name in ``ctx`` (``on_context``): they match
 only messages of the same context, as on the wire; a plain Msg has ctx None.
+A combine the sender copies (``sender_copies``) has ``copier`` "sender".
 Schedules of algorithms that cut messages into segments take ``itemsize``
 (bytes per element, default 4) as the runtime's ``seg_elems`` does.
 """
@@ -48,38 +49,40 @@ from collections import namedtuple
 
 Msg = namedtuple("Msg", "op peer lo hi")
 Msg.ctx = None
+Msg.copier = None
 
 
-class _OnContext(Msg):
-    """A Msg on a derived communicator's context (its name in ``ctx``)."""
+class _Tagged(Msg):
+    """A Msg with a context (``ctx``) or a copier of its own."""
+
+
+def _tagged(m, op, peer, lo, hi, ctx=None, copier=None):
+    t = _Tagged(op, peer, lo, hi)
+    t.ctx = m.ctx if ctx is None else ctx
+    t.copier = m.copier if copier is None else copier
+    return t
 
 
 def on_context(ctx, steps):
     """steps with every message on the context named ctx (its peers unchanged)."""
-    out = []
-    for step in steps:
-        tagged = []
-        for m in step:
-            t = _OnContext(*m)
-            t.ctx = ctx
-            tagged.append(t)
-        out.append(tagged)
-    return out
+    return [[_tagged(m, *m, ctx=ctx) for m in step] for step in steps]
+
+
+def sender_copies(steps):
+    """steps with every combine marked ``copier = "sender"``: over shared memory
+    the sender's core streams it through the pair's ring while the receiver's
+    combines it as it lands (Channel.SENDER; the binomial reduce's), where a
+    plain receive's receiver copies, then combines (commrt/sim/engine.py)."""
+    return [[_tagged(m, *m, copier="sender") if m.op == "combine" else m for m in step]
+            for step in steps]
 
 
 def relabel(steps, ranks):
     """steps of a sub-communicator with each peer q replaced by ranks[q] (its rank
-    here), context names kept."""
-    out = []
-    for step in steps:
-        moved = []
-        for m in step:
-            t = type(m)(m.op, ranks[m.peer], m.lo, m.hi)
-            if m.ctx is not None:
-                t.ctx = m.ctx
-            moved.append(t)
-        out.append(moved)
-    return out
+    here), context names and copiers kept."""
+    return [[_tagged(m, m.op, ranks[m.peer], m.lo, m.hi) if m.ctx is not None
+             or m.copier is not None else Msg(m.op, ranks[m.peer], m.lo, m.hi) for m in step]
+            for step in steps]
 
 # the fingerprint's algorithm field (collectives/fingerprint.py)
 CODE_BITS = 6

@@ -18,7 +18,12 @@ optional bisection limit of the fabric (all traffic between nodes shares
 it), γ per combined byte at the receiver, and segment pipelining: a message
 between nodes moves in segments of ``segment`` bytes, so its receiver
 combines all but the last segment while the rest is still on the wire (on
-shared memory the receiver's own core copies, then combines: no overlap).
+shared memory the receiver's own core copies, then combines: no overlap,
+except where the schedule marks a combine as the sender's copy
+(``copier`` "sender", registry.sender_copies: the binomial reduce's, whose
+sender's core streams it through the pair's ring while the receiver's
+combines, so the receiver's core holds only the combining and the message
+ends no sooner than the sender's copy).
 A combine of s bytes costs s·γ(s): γ in cache, γ_mem (``gamma_mem``, the
 cost model's out-of-cache kernel figure) from 16 MiB, geometric between.
 
@@ -290,6 +295,17 @@ def uniform(topo, steps):
     return True
 
 
+COMBINE, STREAMED = 1, 2   # a receive that combines: the receiver copies, or the sender
+
+
+def _kind(m):
+    """0 (a plain receive), COMBINE, or STREAMED (a combine the sender copies:
+    registry.sender_copies)."""
+    if m[0] != "combine":
+        return 0
+    return STREAMED if getattr(m, "copier", None) == "sender" else COMBINE
+
+
 def _rank0(topo, steps, itemsize):
     """Rank 0's timeline where every rank's is the same (``uniform``): the full run's
     arithmetic with every peer in rank 0's state.  On the network a step then
@@ -298,13 +314,16 @@ def _rank0(topo, steps, itemsize):
     t, free = topo.call, 0.0
     for msgs in steps:
         done = cpu = t    # cpu: when rank 0's core is done with this step's copies
-        for op, peer, lo, hi in msgs:
+        for m in msgs:
+            op, peer, lo, hi = m[:4]
             if op == "send":
                 continue
             nbytes = (hi - lo) * itemsize
             if topo.node(0) == topo.node(peer):   # its own core copies, then combines
                 work = topo.a(nbytes) + nbytes * topo.b(nbytes)
-                if op == "combine":
+                if _kind(m) == STREAMED:          # (the sender's core copies meanwhile)
+                    work = topo.a(nbytes) + nbytes * max(topo.b(nbytes), topo.g(nbytes))
+                elif op == "combine":
                     work += nbytes * topo.g(nbytes)
                 cpu += work     # the full run's sum, term for term
                 done = max(done, cpu)
@@ -360,9 +379,22 @@ def _full(topo, steps, itemsize):
 
     def on_cpu(dst, post, sent_at, arrival, nbytes, combine, local):
         """Completion of a receive whose work runs on its rank's thread (one receive
-        at a time) and, where ranks share cores, on one of its node's cores."""
+        at a time) and, where ranks share cores, on one of its node's cores.
+        combine: 0, COMBINE (the receiver copies, then combines) or STREAMED."""
         first = min(nbytes, topo.segment)
-        if local:
+        streamed = local and combine == STREAMED
+        if streamed:
+            # the sender's core streams it through the pair's ring while the
+            # receiver's combines it as it lands: the receiver's work is the
+            # combining, done no sooner than the sender's copy (and the combining
+            # of its last piece) after both have posted
+            ready = max(post, sent_at)
+            a = topo.a(nbytes)
+            work = a + nbytes * topo.g(nbytes)
+            floor = ready + a + nbytes * topo.b(nbytes) + first * topo.g(first)
+            if topo.alpha_wait and topo.oversubscribed:
+                ready, work, a = ready + a, work - a, 0.0
+        elif local:
             # the receiver copies (process_vm_readv, or the ring's chunks): one
             # message after another on its own thread; sharing cores, the
             # message's α (matching, waking the receiver) queues with the copy
@@ -377,7 +409,7 @@ def _full(topo, steps, itemsize):
             # receiver's, charged here) hold a core where ranks share them
             ready = max(post, arrival - (nbytes - first) * topo.bn(nbytes))
             work, floor = nbytes * topo.net_cpu, max(post, arrival)
-        if combine:
+        if combine and not streamed:
             work += nbytes * topo.g(nbytes)
             floor += first * topo.g(first)
         if not work or (free is None and not local):   # as the network run always was
@@ -386,7 +418,7 @@ def _full(topo, steps, itemsize):
         cores = free[topo.node(dst)] if free is not None else None
         if cores is not None:
             start = max(start, heapq.heappop(cores))
-        if local and topo.bus_at:
+        if local and topo.bus_at and not streamed:
             # the copy's share of the node's memory (bus_at): one copy's at a time,
             # the core held (and the copy's other part waiting) meanwhile
             node = topo.node(dst)
@@ -481,9 +513,9 @@ def _full(topo, steps, itemsize):
                     raise ScheduleError(f"{peer} -> {r}: {size} bytes sent, {nbytes} expected")
                 if msg[0] is None:      # a rendezvous message: it moves now
                     msg = message(peer, r, nbytes, msg[1], t)
-                complete(peer, r, t, msg, nbytes, op == "combine", t)
+                complete(peer, r, t, msg, nbytes, _kind(m), t)
             else:
-                waiting[(peer, r, getattr(m, "ctx", None))].append((t, nbytes, op == "combine"))
+                waiting[(peer, r, getattr(m, "ctx", None))].append((t, nbytes, _kind(m)))
         if not started:
             heapq.heappush(events, (t, r))
     stuck = [r for r in range(n) if index[r] < len(steps[r]) or left[r] or pending[r]]

@@ -52,6 +52,30 @@ def test_ranks_sharing_cores_take_turns_on_them():
     assert two > plenty * 1.5
 
 
+def test_a_combine_the_sender_copies_overlaps_its_copy_with_the_combining():
+    """The binomial reduce's combines are the senders' copies (registry.sender_copies:
+    Channel.SENDER, streamed through the pair's ring while the receiver combines),
+    so on shared memory such a receive costs α + K·β + (one segment)·γ, not
+    α + K·β + K·γ, and holds the receiver's core for the combining only; the
+    schedule says so and the simulator follows it (reduce_bcast at N = 2 and
+    4 was over-predicted 1.2-2.3x, docs/scale.md)."""
+    from commrt.collectives import registry
+
+    count, seg = 1 << 18, 1 << 16
+    k = 4 * count
+    reduce = registry.module("reduce", "binomial").schedule
+    steps = [reduce(2, r, count) for r in range(2)]
+    assert steps[0][0][0].copier == "sender" and steps[1][0][0].copier is None
+    t = simulate(topo(1, 2, segment=seg), lambda r: steps[r])
+    assert t == pytest.approx(A + k * B + seg * G, rel=1e-9)
+    plain = [[[registry.Msg(*m) for m in step] for step in s] for s in steps]
+    assert simulate(topo(1, 2, segment=seg), lambda r: plain[r]) == pytest.approx(
+        A + k * B + k * G, rel=1e-9)
+    # kept through a sub-communicator's relabelling and context (hierarchical's)
+    moved = registry.relabel(registry.on_context("host", steps[0]), [5, 7])
+    assert moved[0][0].copier == "sender" and moved[0][0].ctx == "host" and moved[0][0].peer == 7
+
+
 def test_the_schedule_is_the_runtimes():
     sched = schedules.module("rabenseifner").schedule
     steps = schedules.steps_of("rabenseifner", 4, 100)(1)

@@ -15,7 +15,7 @@ the root receives ceil(log2 N)·K at most.
 """
 import math
 
-from commrt.collectives.registry import Msg
+from commrt.collectives.registry import Msg, sender_copies
 from commrt.comm import Channel
 
 TIE = 0
@@ -41,6 +41,7 @@ def cost(n, nbytes, p, comm=None):
 
 
 def schedule(n, rank, count, root=0):
+    """(the combines are the senders' copies: registry.sender_copies)"""
     v = (rank - root) % n
     steps = []
     mask = 1
@@ -51,7 +52,7 @@ def schedule(n, rank, count, root=0):
         if v + mask < n:
             steps.append([Msg("combine", (rank + mask) % n, 0, count)])
         mask <<= 1
-    return steps
+    return sender_copies(steps)
 
 
 def reduce_to(call, buf, root, red, acc=None):
