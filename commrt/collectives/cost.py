@@ -56,7 +56,8 @@ measurement once the entry has settled: until two quiet measurements
 agree (their α, α_busy, c_gen and α_plan within 1.5x; or four were taken),
 each job measures again and the entry keeps each field's smaller value
 (``_merge``).  Samples that spread the way a busy host spreads them are
-used by their job (merged with the entry) but not stored.  COMMRT_<COLLECTIVE>_ALGO overrides a collective's choice.
+used by their job (merged with the entry) but not stored.
+COMMRT_<COLLECTIVE>_ALGO overrides a collective's choice.
 
 The earlier model took α from an idle ping-pong and scaled oversubscribed
 steps by N/cores: its choice was 16-36% slower than the best fixed

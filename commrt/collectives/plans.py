@@ -411,7 +411,8 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("broadcast", "pipeline"): _br
            ("gatherv", "linear"): _gatherv, ("scatterv", "linear"): _scatterv,
            ("all_to_allv", "pairwise"): _all_to_allv,
            ("all_reduce", "ring"): _all_reduce_ring,
-           ("all_reduce", "reduce_bcast"): _all_reduce_reduce_bcast, ("reduce", "ring"): _reduce_ring}
+           ("all_reduce", "reduce_bcast"): _all_reduce_reduce_bcast,
+           ("reduce", "ring"): _reduce_ring}
 
 # The layouts that refuse some sizes, each with the predicate (n, nbytes of the
 # collective's reference size) that it and applies() both use

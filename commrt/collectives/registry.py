@@ -80,9 +80,7 @@ def sender_copies(steps):
 def relabel(steps, ranks):
     """steps of a sub-communicator with each peer q replaced by ranks[q] (its rank
     here), context names and copiers kept."""
-    return [[_tagged(m, m.op, ranks[m.peer], m.lo, m.hi) if m.ctx is not None
-             or m.copier is not None else Msg(m.op, ranks[m.peer], m.lo, m.hi) for m in step]
-            for step in steps]
+    return [[_tagged(m, m.op, ranks[m.peer], m.lo, m.hi) for m in step] for step in steps]
 
 # the fingerprint's algorithm field (collectives/fingerprint.py)
 CODE_BITS = 6
