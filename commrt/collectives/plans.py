@@ -1,6 +1,6 @@
 """Prepared plans for broadcast, reduce, gather, scatter, all-gather,
 reduce-scatter, all-to-all, their variable-size forms (all_gatherv,
-gatherv, scatterv, all_to_allv) and the ring's and reduce_bcast's all-reduce,
+gatherv, scatterv, all_to_allv) and the ring's, reduce_bcast's and ps's all-reduce,
 built from the chosen algorithm's own ``schedule`` (recursive doubling's and
 Rabenseifner's on power-of-two worlds, and the barrier's, are in _small.py).
 
@@ -300,6 +300,29 @@ def _all_reduce_reduce_bcast(n, r, sched, m, isz, root, hook):
              for msg in _msgs(s, isz, BUF, BUF, hook)] for s in sched], None
 
 
+def _all_reduce_ps(n, r, sched, m, isz, root, hook):
+    """The parameter server's all-reduce, every combine a reduce-receive into the
+    buffer.  Rank 0 takes a segment's copies one peer at a time, in rank
+    order, each in a step of its own (the first with the sends of the
+    segment before): the general path's order, rank 1's copy combined as it
+    lands and the others in one pass after it, dst OP x2 OP x3 ..., which
+    is the same bits where there is a C loop (no float16 accumulator); in
+    one step they would combine in the order they land.  The other ranks'
+    single step (send every segment, receive the results) is the schedule's."""
+    if not hook:
+        return None, None
+    steps = []
+    for s in sched:
+        msgs = _msgs(s, isz, BUF, BUF, hook)
+        combines = [x for x in msgs if x[0] == RECV and x[5]]
+        if len(combines) < 2:
+            steps.append(msgs)
+            continue
+        steps.append([x for x in msgs if x not in combines[1:]])
+        steps.extend([x] for x in combines[1:])
+    return steps, None
+
+
 def _copied_by(copier, steps):
     """Every receive of steps with this copier (Channel.irecv's): SENDER for a
     tree's combines (reduce/binomial.py: they stream, the senders' cores
@@ -412,6 +435,7 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("broadcast", "pipeline"): _br
            ("all_to_allv", "pairwise"): _all_to_allv,
            ("all_reduce", "ring"): _all_reduce_ring,
            ("all_reduce", "reduce_bcast"): _all_reduce_reduce_bcast,
+           ("all_reduce", "ps"): _all_reduce_ps,
            ("reduce", "ring"): _reduce_ring}
 
 # The layouts that refuse some sizes, each with the predicate (n, nbytes of the

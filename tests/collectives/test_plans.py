@@ -163,7 +163,7 @@ def test_a_call_without_a_plan_is_not_prepared_again():
 # float32 elements at N = 3 give chunks of 2 segments and of 1 (the ring's plan
 # regroups its steps by message position: chunks need not match), 200_000
 # float64 ones several segments per chunk.
-@pytest.mark.parametrize("algo", ["ring", "reduce_bcast"])
+@pytest.mark.parametrize("algo", ["ring", "reduce_bcast", "ps"])
 @pytest.mark.parametrize("n,transport", [(2, "shm"), (3, "shm"), (5, "shm"), (3, "tcp")],
                          ids=lambda v: str(v))
 def test_ring_and_reduce_bcast_all_reduce_plans(algo, n, transport):
