@@ -366,7 +366,10 @@ def predicted(n, nbytes, algo, p, topo=None):
 # Runs saved with this mark measured calls naming their algorithm on that
 # algorithm's prepared plan where it has one (collectives._keyed_plan); the
 # runs before it measured every forced algorithm on the general path.
-FORCED_PLANS = 1
+FORCED_PLANS = 2
+# algorithms whose plans came later than the mark's first value: a run saved with
+# an older mark measured them on the general path (ps: 2, 2026-12-04)
+PLANNED_SINCE = {"ps": 2}
 
 
 def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0):
@@ -379,7 +382,8 @@ def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0):
     copy waiting for a core) stays on top of it."""
     from commrt.collectives import plans
 
-    if not (forced_plans and plans.applies("all_reduce", algo, n, nbytes)):
+    if not (forced_plans and forced_plans >= PLANNED_SINCE.get(algo, 1)
+            and plans.applies("all_reduce", algo, n, nbytes)):
         return topo
     topo = dataclasses.replace(topo, call=0.0)
     if alpha_plan:
