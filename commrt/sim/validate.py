@@ -462,8 +462,10 @@ def replay(files, terms=None):
                     n, local = int(first), int(first)
                     topo = topology(n, p, DEFAULT_TERMS if terms is None else terms)
                 out["measured"].append(m)
+                # (α_plan, a round of the barrier's plan, is a one-host figure: across
+                # hosts it is a network round, and run_hosts leaves it out too)
                 topo = cell_topology(topo, algo, n, k, saved.get("forced_plans"),
-                                     p.get("alpha_plan", 0.0))
+                                     0.0 if hosts else p.get("alpha_plan", 0.0))
                 out["simulated"].append(simulate(topo, schedules.steps_of(
                     algo, n, max(1, k // 4), ranks_per_node=local), itemsize=4))
     return data

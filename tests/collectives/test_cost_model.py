@@ -329,3 +329,27 @@ def test_a_planned_segment_that_waits_on_a_neighbour_keeps_its_context_switch():
         3, 64 << 10, dataclasses.replace(p, alpha=2.7e-6, alpha_busy=2.7e-6)))
     for kind in ("all_reduce", "reduce"):
         assert registry.module(kind, "ring").SEGMENT_WAITS
+
+
+def test_hierarchical_pays_for_its_three_calls_and_two_hand_offs():
+    """Hierarchical runs three calls on the general path (c_gen beyond the one the
+    model charges every unplanned algorithm) and twice wakes ranks that waited
+    through a step (α_busy, α where it is the larger): at 64 KiB over a fast
+    link, where each step's own bytes cost little, those decide against it
+    (measured on namespace hosts at 10 Gbit/s: the flat ring 242 µs,
+    hierarchical 708; docs/scale.md); at 16 MiB its leaders-only traffic
+    still wins.  One host (no hosts to group) keeps no hand-offs."""
+    mod = registry.module("all_reduce", "hierarchical")
+    groups = [[0, 1], [2, 3]]
+    p = cost.Params(alpha=3e-6, beta=1e-10, gamma=3e-11, alpha_net=9e-6, beta_net=9e-10,
+                    hosts=2, local=2, cores=4, alpha_busy=70e-6, call=5e-6)
+    bare = dataclasses.replace(p, alpha_busy=0.0, call=0.0)
+    for nbytes in (8, 64 << 10, 16 << 20):
+        extra = mod.cost(4, nbytes, p, groups=groups) - mod.cost(4, nbytes, bare, groups=groups)
+        assert extra == pytest.approx(2 * (5e-6 + 70e-6) - 2 * 3e-6)    # bare: 2α
+    ring = registry.module("all_reduce", "ring").cost(4, 64 << 10, p.net(2)) + p.call
+    assert mod.cost(4, 64 << 10, p, groups=groups) + p.call > ring
+    assert mod.cost(4, 16 << 20, p, groups=groups) < registry.module(
+        "all_reduce", "ring").cost(4, 16 << 20, p.net(2))
+    assert mod.cost(2, 64 << 10, p, groups=[[0], [1]]) == pytest.approx(
+        registry.module("all_reduce", "ring").cost(2, 64 << 10, p.net()))

@@ -10,7 +10,12 @@ Each step runs on a communicator derived once and cached: the host group
 and the leaders' group, each with its own context.
 
 Cost: 2·ceil(log2 L)·(α_shm + K·β_shm) + ceil(log2 L)·K·γ
-      + ring(H, K) with the network's α, β (``params.net()``).
+      + ring(H, K) with the network's α, β (``params.net()``)
+      + 2·(c_gen + α_busy): its steps are three calls on the general path
+      (the model charges every unplanned algorithm one c_gen), and twice a
+      rank that waited through a step, long enough to sleep, is woken for
+      the next (the leaders for the ring after the host reduce, the others
+      for the host broadcast after the leaders' ring).
 Only the leaders' K·2(H-1)/H bytes cross the network (instead of every
 rank's); bytes inside a host are as for reduce_bcast.
 """
@@ -57,8 +62,9 @@ def cost(n, nbytes, p, comm=None, groups=None):
         return float("inf")
     local = max(len(g) for g in groups)
     steps = math.ceil(math.log2(local)) if local > 1 else 0
+    handoffs = 2 * (p.call + max(p.alpha, p.alpha_busy)) if steps else 0.0
     return (2 * steps * (p.nseg(nbytes) * p.alpha + nbytes * p.beta) + steps * nbytes * p.gamma
-            + ring.cost(len(groups), nbytes, p.net()))
+            + ring.cost(len(groups), nbytes, p.net()) + handoffs)
 
 
 def broadcast_algo(nbytes):
