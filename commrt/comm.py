@@ -210,7 +210,11 @@ class Communicator:
         posted before the send, so two ranks exchanging never wait on each other."""
         if timeout is not None:
             check_timeout(timeout)
-        rq, sq = self._exchange(sendbuf, dst, recvbuf, src, tag, meta, 0.0, meta2=meta2)
+        # the receive is half of an exchange (this rank sends as it receives): a
+        # large message is read with process_vm_readv from cma_min / 4 up rather
+        # than streamed, which would cost this core two copies per byte
+        rq, sq = self._exchange(sendbuf, dst, recvbuf, src, tag, meta, 0.0, meta2=meta2,
+                                copier=COPY_IN_EXCHANGE)
         try:
             wait_all([rq, sq], timeout)
         except BaseException:
@@ -218,18 +222,19 @@ class Communicator:
             raise
         return rq.status
 
-    def _exchange(self, sendbuf, dst, recvbuf, src, tag, meta, wait, hook=0, meta2=0):
+    def _exchange(self, sendbuf, dst, recvbuf, src, tag, meta, wait, hook=0, meta2=0, copier=0):
         """(recv, send) Requests of a sendrecv whose receive was waited for up to
         `wait` seconds (the collectives' pairwise step, in one engine call).
-        hook: the receive combines into recvbuf with this C loop (_irecv_reduce)."""
+        hook: the receive combines into recvbuf with this C loop (_irecv_reduce);
+        copier: the receive's (_irecv_copier's)."""
         isz = recvbuf.itemsize if hook else 0
         if self._identity and type(dst) is int and type(src) is int and 0 <= dst < self.size \
                 and 0 <= src < self.size:
             return self._engine.exchange(sendbuf, dst, recvbuf, src, self._ctx, tag, meta, wait,
-                                         None, hook, isz, meta2)
+                                         None, hook, isz, meta2, copier)
         return self._engine.exchange(sendbuf, self._peer(dst, "dst"), recvbuf,
                                      self._peer(src, "src"), self._ctx, tag, meta, wait,
-                                     self._rank_of, hook, isz, meta2)
+                                     self._rank_of, hook, isz, meta2, copier)
 
     def _irecv_copier(self, buf, src, tag, copier):
         """irecv saying which process copies a large shared-memory message

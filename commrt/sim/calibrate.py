@@ -29,7 +29,7 @@ def calibrated():
 def pattern_steps(n, pairs_of, count):
     """rank -> steps of a point-to-point pattern: per (dst, src) of pairs_of(rank),
     one step that sends count elements to dst and receives as many from src at
-    once, as comm.sendrecv does; no combining."""
+    once, as an exchange step does (validate._exchange); no combining."""
     def steps(r):
         return [[("send", dst, 0, count), ("recv", src, 0, count)] for dst, src in pairs_of(r)]
     return steps

@@ -60,8 +60,20 @@ BETA_SIZES = (8 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20,
 SHIFT_SIZES = (8 << 10, 32 << 10, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 8 << 20)
 
 
+def _exchange(comm, out, dst, into, src, timeout):
+    """One step of an exchange as the schedules' plain receives make it: the
+    receive posted, then the send, both waited for, the transport choosing
+    who copies (comm.sendrecv reads half of an exchange with
+    process_vm_readv from a quarter of COMMRT_CMA_MIN_BYTES up; the
+    collectives' exchanges say themselves)."""
+    rq = comm.irecv(into, src)
+    sq = comm.isend(out, dst)
+    rq.wait(timeout)
+    sq.wait(timeout)
+
+
 def _exchange_time(comm, peer, nbytes, reps=11):
-    """Lower quartile of reps sendrecvs of nbytes with peer (both send at once,
+    """Lower quartile of reps exchanges (_exchange) of nbytes with peer (both send at once,
     as a step of an exchange; point to point, no collective) after two warm-ups."""
     import time
 
@@ -71,7 +83,7 @@ def _exchange_time(comm, peer, nbytes, reps=11):
     times = []
     for i in range(reps + 2):
         t0 = time.perf_counter()
-        comm.sendrecv(out, peer, into, peer, timeout=60)
+        _exchange(comm, out, peer, into, peer, 60)
         if i >= 2:
             times.append(time.perf_counter() - t0)
     return sorted(times)[len(times) // 4]
@@ -119,9 +131,9 @@ def _beta_curve(comm, alpha, sizes=BETA_SIZES):
 
 
 def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3):
-    """((size, seconds), ...): every rank at once runs its list of sendrecvs
+    """((size, seconds), ...): every rank at once runs its list of exchanges (_exchange)
     ``pairs`` ((dst, src), ...; point to point) with size-byte messages; the
-    median over batches of the time per sendrecv, rank 0's (the ranks end
+    median over batches of the time per exchange, rank 0's (the ranks end
     within one exchange of each other)."""
     import time
 
@@ -134,7 +146,7 @@ def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3):
 
         def lap():
             for dst, src in pairs:
-                comm.sendrecv(a, dst, b, src, timeout=120)
+                _exchange(comm, a, dst, b, src, 120)
         lap()
         comm.barrier()
         t0 = time.perf_counter()
@@ -181,7 +193,7 @@ INNER_SIZES = (8 << 10, 64 << 10, 1 << 20, 4 << 20)  # every rank inside its hos
 
 def _pair_times(comm, pair, sizes, reps=5):
     """((size, seconds, CPU seconds), ...) of pair[0] exchanging each size with
-    pair[1] (sendrecv, lower quartile of reps; CPU: the process's, all its
+    pair[1] (_exchange, lower quartile of reps; CPU: the process's, all its
     threads, per exchange, the median); the other ranks wait in the broadcast."""
     import time
 
@@ -196,7 +208,7 @@ def _pair_times(comm, pair, sizes, reps=5):
             walls, cpus = [], []
             for i in range(reps + 2):
                 c0, t0 = time.process_time(), time.perf_counter()
-                comm.sendrecv(out, peer, into, peer, timeout=120)
+                _exchange(comm, out, peer, into, peer, 120)
                 if i >= 2:
                     walls.append(time.perf_counter() - t0)
                     cpus.append(time.process_time() - c0)

@@ -661,11 +661,12 @@ cdef class Engine:
         return done
 
     def exchange(self, sendbuf, int dst, recvbuf, int src, uint32_t ctx, int tag, uint64_t meta,
-                 double wait, rank_of=None, size_t hook=0, int itemsize=0, uint64_t meta2=0):
+                 double wait, rank_of=None, size_t hook=0, int itemsize=0, uint64_t meta2=0,
+                 int copier=0):
         """Post a receive from src, then a send to dst, and wait for the receive
         up to `wait` seconds (spinning, then sleeping) -> (recv, send) Requests.
         With a hook the receive is a reduce-receive (irecv_reduce) expecting
-        the send's meta and meta2.
+        the send's meta and meta2.  copier: the receive's (irecv's).
 
         The building block of sendrecv and of every pairwise exchange in the
         collectives: one call instead of four (irecv, isend, two waits), and
@@ -676,7 +677,9 @@ cdef class Engine:
         self._check_rank(src, "src")
         if tag < 0:
             raise ValueError(f"tag must be >= 0, got {tag}")
+        check_copier(copier)
         rq = self._new(K_RECV, recvbuf, src, ctx, tag, 0, rank_of)
+        rq.r.copier = copier
         if hook:
             self._arm_reduce(rq, meta, hook, itemsize, meta2)
         sq = self._new(K_SEND, sendbuf, dst, ctx, tag, meta, rank_of, meta2)

@@ -396,6 +396,22 @@ def copier_receive(comm, sizes):
     return out if comm.rank == 1 else None
 
 
+def sendrecv_headers(comm, n):
+    """Ranks 0 and 1 exchange n bytes with sendrecv (rank 2 waits): each returns
+    whether it got the other's bytes and how many header bytes came from the
+    other meanwhile (its RTS, a FIN for our own message, a credit frame: a
+    few; a message streamed through the ring: a DATA record per chunk)."""
+    if comm.rank > 1:
+        return None
+    peer = 1 - comm.rank
+    mine, got = payload(comm.rank, peer, 7, n, np.uint8), np.zeros(n, np.uint8)
+    comm.sendrecv(np.zeros(0, np.uint8), peer, np.zeros(0, np.uint8), peer, tag=6)   # in step
+    before = comm.stats()[peer]["header_bytes_recv"]
+    comm.sendrecv(mine, peer, got, peer, tag=7, timeout=30)
+    headers = comm.stats()[peer]["header_bytes_recv"] - before
+    return bool(np.array_equal(got, payload(peer, comm.rank, 7, n, np.uint8))), headers
+
+
 def push_after_loss(comm, nbytes):
     """A write the receiver asked for (copier SENDER) never lands once the
     receive has failed.  Rank 0 announces a large message, tells rank 1 its

@@ -110,6 +110,22 @@ def test_copier_chooses_who_copies_a_large_message(world3):
         assert min(hdr[(big, c)] for c in (0, 1, 2, 3)) >= 8 * 64, hdr   # two-copy: streamed
 
 
+def test_sendrecv_reads_half_an_exchange_once(world3):
+    """sendrecv's receive is half of an exchange (its rank sends meanwhile), so a
+    large shared-memory message is read with process_vm_readv from a quarter
+    of COMMRT_CMA_MIN_BYTES up (the EXCHANGE copier), not streamed, which
+    would cost each core two copies per byte: only control frames come
+    through the ring.  Two-copy shared memory and TCP stream it, and every
+    variant delivers the same bytes."""
+    big = 1 << 19
+    res = [r for r in world3.run(R.sendrecv_headers, big) if r is not None]
+    assert len(res) == 2 and all(ok for ok, _ in res), res
+    if world3.transport == "shm" and world3.env.get("COMMRT_CMA") != "0":
+        assert all(h <= 4 * 64 for _, h in res), res
+    elif world3.transport == "shm":
+        assert all(h >= 8 * 64 for _, h in res), res
+
+
 def test_a_copier_out_of_range_is_refused(world3):
     for out in world3.run(R.bad_copiers):
         assert len(out) == 4 and all("copier must be 0, 1 (receiver), 2 (sender) or 3 "
