@@ -56,6 +56,7 @@ BUF, IN, TMP = 0, 1, 2              # the output, the input, the plan's scratch
 MAX_BYTES = 16 << 20                # beyond, a plan saves under 0.1% of a call
 MAX_TMP_BYTES = 1 << 20             # a plan holding scratch keeps it: bounded
 PIPELINE_MAX_BYTES = 4 << 20        # the pipelined broadcast's plans (_pipeline_fits)
+RING_READ_BYTES = 4 << 20           # the ring all-reduce's receives read (_all_reduce_ring)
 
 
 class SchedPlan(PlanCore):
@@ -262,7 +263,15 @@ def _all_reduce_ring(n, r, sched, m, isz, root, hook):
     make the two lists differ in length: the longer one's tail goes alone.)"""
     if not hook:
         return None, None
-    return _paired([msg for s in sched for msg in _msgs(s, isz, BUF, BUF, hook)]), None
+    steps = _paired([msg for s in sched for msg in _msgs(s, isz, BUF, BUF, hook)])
+    if m * isz >= RING_READ_BYTES:
+        # each receive is half of an exchange: where ranks share cores it is read
+        # with process_vm_readv (a reduce-receive through its bounce buffer)
+        # rather than streamed, which needs its sender on a core at the same
+        # time; with a core each the segments stay below the read threshold
+        # (transport/shm.pxi read_early), so nothing changes there
+        steps = _copied_by(Channel.EXCHANGE, steps)
+    return steps, None
 
 
 def _paired(msgs):

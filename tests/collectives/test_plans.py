@@ -170,7 +170,8 @@ def test_ring_and_reduce_bcast_all_reduce_plans(algo, n, transport):
     env = {**ENV, "COMMRT_ALLREDUCE_ALGO": algo}
     with World(n, transport=transport, env=env, timeout=120) as w:
         for count, dtype, op in ((5, "float32", "SUM"), (65536 * 3 + 1, "float32", "SUM"),
-                                 (200_000, "float64", "MAX"), (1000, "int32", "AVG")):
+                                 (200_000, "float64", "MAX"), (1000, "int32", "AVG"),
+                                 ((plans.RING_READ_BYTES >> 2) + 3, "float32", "SUM")):
             for r, (planned, general, has_plan) in enumerate(
                     w.run(P.same_results, "all_reduce", count, dtype, op, 0)):
                 assert planned == general, (algo, count, dtype, r)
@@ -196,9 +197,20 @@ def test_ring_all_reduce_plan_keeps_every_dependency_and_matches_step_for_step(n
     after, and the messages are the schedule's, in its order."""
     from commrt.collectives.all_reduce import ring
 
-    for count, isz in _ring_counts(n):
+    from commrt.comm import Channel
+
+    for count, isz in _ring_counts(n) + [(plans.RING_READ_BYTES // 4, 4)]:
         scheds = [ring.schedule(n, r, count, 0, itemsize=isz) for r in range(n)]
         steps = [plans._all_reduce_ring(n, r, scheds[r], count, isz, 0, 1)[0] for r in range(n)]
+        # from RING_READ_BYTES up every receive says it is half of an exchange
+        # (read where ranks share cores), the messages otherwise the same
+        read = count * isz >= plans.RING_READ_BYTES
+        for r in range(n):
+            for step in steps[r]:
+                for m in step:
+                    if m[0] == plans.RECV:
+                        assert (len(m) == 9 and m[8] == Channel.EXCHANGE) == read, (count, m)
+        steps = [[[m[:6] for m in step] for step in rs] for rs in steps]
         orders = [[m for s in scheds[r] for m in plans._msgs(s, isz, plans.BUF, plans.BUF, 1)]
                   for r in range(n)]
         _check_paired(n, orders, steps, (count, isz))
