@@ -88,11 +88,12 @@ class Channel:
         derive(ranks, salt) -> Communicator | None
                                    a sub-communicator every member derives alike
     """
-    __slots__ = ("_comm", "_coll", "rank", "size", "state")
+    __slots__ = ("_comm", "_coll", "rank", "size", "state", "_coll_state")
 
     def __init__(self, comm):
         self._comm = comm
         self._coll = comm._coll
+        self._coll_state = None           # set by collectives.state.state_of
         self.rank, self.size, self.state = comm.rank, comm.size, comm.state
 
     @property
@@ -163,6 +164,7 @@ class Communicator:
         self._derive_lock = threading.Lock()
         self._closed = False
         self.state = {}                       # per-communicator state of the collectives layer
+        self._coll_state = None               # state["collectives"], once it exists (state_of)
         self._channel = None
 
     # ------------------------------------------------------------ helpers
@@ -468,6 +470,7 @@ class Communicator:
                 if c is not None:
                     c._engine = _ClosedEngine(c._engine)
                     c.state = {}             # drop prepared plans bound to the engine
+                    c._coll_state = None
                     c._channel = None
 
     def _check_open(self):

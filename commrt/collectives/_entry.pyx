@@ -106,6 +106,69 @@ def set_ndarray(t):
     _ndarray = t
 
 
+DEF HISTORY = 256
+
+
+cdef class History:
+    """(seq, meta, meta2) of a communicator's last 256 calls, oldest first (a
+    plan's: its base, the seq not in), as a deque(maxlen=256) of tuples reads:
+    append, pop, clear, extend, len, iteration both ways.  Kept in C arrays so
+    that a planned call records itself with three stores, where a tuple in a
+    deque cost two allocations and two frees a call (~20 ns of a 0.4 us
+    barrier)."""
+    cdef int64_t seqs[HISTORY]
+    cdef uint64_t metas[HISTORY]
+    cdef uint64_t metas2[HISTORY]
+    cdef int head                   # the slot the next entry goes to
+    cdef int n
+
+    cdef inline void push(self, int64_t seq, uint64_t meta, uint64_t meta2) noexcept:
+        self.seqs[self.head] = seq
+        self.metas[self.head] = meta
+        self.metas2[self.head] = meta2
+        self.head = (self.head + 1) % HISTORY
+        if self.n < HISTORY:
+            self.n += 1
+
+    cdef tuple _at(self, int k):
+        """The k-th entry, oldest first."""
+        cdef int i = (self.head - self.n + k) % HISTORY
+        if i < 0:
+            i += HISTORY
+        return (self.seqs[i], self.metas[i], self.metas2[i])
+
+    def append(self, entry):
+        seq, meta, meta2 = entry
+        self.push(seq, meta, meta2)
+
+    def extend(self, entries):
+        for e in entries:
+            self.append(e)
+
+    def pop(self):
+        """Remove and return the newest entry."""
+        if self.n == 0:
+            raise IndexError("pop from an empty history")
+        e = self._at(self.n - 1)
+        self.head = (self.head - 1) % HISTORY
+        if self.head < 0:
+            self.head += HISTORY
+        self.n -= 1
+        return e
+
+    def clear(self):
+        self.n = 0
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return iter([self._at(k) for k in range(self.n)])
+
+    def __reversed__(self):
+        return iter([self._at(k) for k in range(self.n - 1, -1, -1)])
+
+
 cdef class State:
     """The C fields of a communicator's collectives state (state.CommState adds
     the rest): the thread inside (its ident, 0: none), the next sequence number,
@@ -117,8 +180,7 @@ cdef class State:
     cdef public object poisoned
     cdef public dict small
     cdef public object last_all_reduce
-    cdef object _history
-    cdef object _append
+    cdef History _history
     cdef list memos             # per kind of _planned: its Memo, or None
 
     def __cinit__(self, *args, **kwargs):
@@ -130,9 +192,8 @@ cdef class State:
         return self._history
 
     @history.setter
-    def history(self, h):
+    def history(self, History h):
         self._history = h
-        self._append = h.append
 
     def forget_memos(self):
         """Drop the memos (a plan left the cache: set_spin must reach every plan run)."""
@@ -146,8 +207,8 @@ cdef class PlanCore:
     clean run is the whole call (plain), the barrier's buffer (tmp), and the
     all-reduce's memo (the op object, shape and dtype it last matched)."""
     cdef public object chain
-    cdef public object base
-    cdef public object meta2
+    cdef public uint64_t base
+    cdef public uint64_t meta2
     cdef public int nsteps
     cdef public bint plain
     cdef public int mode
@@ -188,9 +249,17 @@ cdef inline int _run_chain(object chain, object buf, uint64_t seq, object inbuf)
 
 
 cdef inline State _state(object comm):
-    s = comm.state.get("collectives")
+    # The attribute state.state_of sets on a Communicator: one lookup, where
+    # comm.state.get("collectives") took three (a view of a communicator has no
+    # such attribute and takes them).
+    try:
+        s = comm._coll_state
+    except AttributeError:
+        s = None
     if s is None:
-        return None
+        s = comm.state.get("collectives")
+        if s is None:
+            return None
     return <State?>s
 
 
@@ -238,7 +307,7 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
                 else:
                     seq = st.seq
                     st.seq = seq + 1
-                    st._append((seq, plan.base, plan.meta2))    # (readers OR the seq in)
+                    st._history.push(seq, plan.base, plan.meta2)    # (readers OR the seq in)
                     i = -2
                     if plan.plain:          # fused, nothing to do after: one C call
                         i = _run_chain(plan.chain, buf, <uint64_t>seq, None)
@@ -268,7 +337,7 @@ def barrier(comm, *, timeout=None, async_op=False):
                 plan = <PlanCore?>p
                 seq = st.seq
                 st.seq = seq + 1
-                st._append((seq, plan.base, plan.meta2))
+                st._history.push(seq, plan.base, plan.meta2)
                 i = _run_chain(plan.chain, plan.tmp, <uint64_t>seq, None)
                 if i != plan.nsteps:
                     _barrier_rest(comm, st, plan, seq, i)
@@ -327,7 +396,7 @@ cdef int _planned(object comm, int kind, object name, object root, object op, ob
             st.memos[kind] = m
         seq = st.seq
         st.seq = seq + 1
-        st._append((seq, plan.base, plan.meta2))
+        st._history.push(seq, plan.base, plan.meta2)
         i = _run_chain(plan.chain, out, <uint64_t>seq, inbuf)
         if i == plan.nsteps and plan.plain:
             return 1

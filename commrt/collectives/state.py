@@ -5,7 +5,6 @@ collectives in call order; ``execute`` runs one call now or on that worker;
 collectives of one communicator).
 """
 import array
-import collections
 import functools
 import logging
 import queue
@@ -18,7 +17,7 @@ from commrt import _lazy
 from commrt import config
 from commrt.comm import check_timeout
 from commrt.errors import CommTimeoutError, ConcurrentCollectiveError
-from commrt.collectives._entry import State
+from commrt.collectives._entry import History, State
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 log = logging.getLogger("commrt")
@@ -36,7 +35,7 @@ class CommState(State):
         self.seq = 0
         self.inside = 0                          # ident of the thread inside a collective (0: none)
         self.poisoned = None                     # the reason, once the context was aborted
-        self.history = collections.deque(maxlen=256)   # (seq, meta, meta2) of recent calls (a plan's: its base, the seq not in)
+        self.history = History()                 # (seq, meta, meta2) of the last 256 calls (a plan's: its base, the seq not in)
         self.current = None                      # the Call running now
         self.cache = {}                          # cost parameters, derived communicators...
         self._scratch = {}
@@ -130,6 +129,8 @@ def state_of(comm):
     st = comm.state.get("collectives")
     if st is None:
         st = comm.state.setdefault("collectives", CommState(comm))
+    if getattr(comm, "_coll_state", st) is None:
+        comm._coll_state = st           # the compiled entry's shortcut (_entry._state)
     return st
 
 

@@ -541,3 +541,20 @@ def requests_in_garbage_cycles(comm, n=200):
     cap.seek(0)
     return [line for line in cap.read().decode(errors="replace").splitlines()
             if "exported buffers" in line]
+
+
+def shm_segments_resident(comm):
+    """(size, resident) in KiB of each commrt shared-memory pair segment this rank
+    maps (its memfd is named commrt-RANK-PEER), from /proc/self/smaps."""
+    out, cur = [], None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if not fields[0].endswith(":"):         # a mapping's first line
+                cur = "memfd:commrt-" in line
+            elif cur and fields[0] == "Size:":
+                size = int(fields[1])
+            elif cur and fields[0] == "Rss:":
+                out.append((size, int(fields[1])))
+    comm.barrier()
+    return out

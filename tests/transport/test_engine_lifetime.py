@@ -42,3 +42,17 @@ def test_requests_freed_by_the_garbage_collector_release_their_buffers(transport
     with World(2, transport=transport, timeout=60) as w:
         printed = w.run(P.requests_in_garbage_cycles)
     assert printed == [[], []], printed
+
+
+@pytest.mark.parametrize("ring, resident", [(None, True), (64 << 20, False)])
+def test_shared_memory_segments_are_faulted_in_when_small_enough(ring, resident):
+    """A pair's segment is resident from connect time while the host's segments
+    fit connect.SHM_POPULATE_BYTES (no message pays its ring page's first touch);
+    beyond it (64 MiB rings) pages come as the rings fill."""
+    env = {} if ring is None else {"COMMRT_SHM_RING_BYTES": str(ring)}
+    with World(2, transport="shm", env=env, timeout=60) as w:
+        segs = w.run(P.shm_segments_resident)
+    for rank_segs in segs:
+        assert len(rank_segs) == 1, segs
+        size, rss = rank_segs[0]
+        assert (rss == size) if resident else (rss < size // 2), segs

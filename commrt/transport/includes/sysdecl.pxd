@@ -86,6 +86,7 @@ cdef extern from "<sys/mman.h>" nogil:
         PROT_READ
         PROT_WRITE
         MAP_SHARED
+        MAP_POPULATE
     void *MAP_FAILED
     void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset)
     int munmap(void *addr, size_t length)
