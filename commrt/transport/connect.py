@@ -99,11 +99,12 @@ def _cma_min_bytes(oversub):
 
 
 # Shared-memory segments this rank faults in when it maps them, at most (a host of up
-# to 32 ranks with the default 1 MiB rings): each pair's rings are then resident
+# to 8 ranks with the default 1 MiB rings): each pair's rings are then resident
 # from the start, so no message pays the first touch of its page (a page fault on
 # each side every 4 KiB of ring, ~20% of a zero-byte message's time until the ring
-# has wrapped once).  Beyond it, the pages come as the rings fill.
-SHM_POPULATE_BYTES = 64 << 20
+# has wrapped once).  Beyond it, the pages come as the rings fill: a one-time
+# ~1.6 ms a pair is not worth 2 MiB a pair resident on hosts with many ranks.
+SHM_POPULATE_BYTES = 16 << 20
 
 
 def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="127.0.0.1",
