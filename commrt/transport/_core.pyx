@@ -928,6 +928,9 @@ cdef class Engine:
                       "bytes_recv": p.bytes_recv, "msgs_recv": p.msgs_recv,
                       "header_bytes_sent": hs, "header_bytes_recv": hr,
                       "transport": self.peer_kind(i), "streams": 1 + p.nlanes,
+                      # large messages from it copied in two halves, its core writing
+                      # one (shared) or, its sender busy elsewhere, this one both (alone)
+                      "split_copies": {"shared": p.splits_shared, "alone": p.splits_alone},
                       # bytes read from each TCP stream (the channel's first, then its lanes)
                       "stream_bytes_recv": [p.rx_raw] + [p.lanes[k].rx_raw
                                                          for k in range(p.nlanes)]}

@@ -100,6 +100,7 @@ cdef inline void reset_req(req_t *r, uint64_t meta, uint64_t meta2) noexcept nog
     r.done_next = NULL
     r.nbytes = r.cap if r.kind == K_SEND else 0
     r.slot = 0
+    r.split_at = 0
 
 
 cdef inline bint spans_meet(const char *a, uint64_t alen, const char *b, uint64_t blen) noexcept nogil:

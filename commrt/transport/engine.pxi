@@ -381,10 +381,10 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         if r == NULL:
             peer_lost(E, p, E_PEER_LOST, b"protocol error: CTS for no waiting send")
             return
-        if (h.meta & 0xff) == CTS_PUSH and p.ops.push != NULL:
+        if ((h.meta & 0xff) == CTS_PUSH or (h.meta & 0xff) == CTS_SPLIT) and p.ops.push != NULL:
             rc = p.ops.push(E, p, r, h)
-            if rc == PUSH_WRITTEN or rc == PUSH_REFUSED:
-                return                      # completed; or still waiting, as before
+            if rc == PUSH_WRITTEN or rc == PUSH_REFUSED or rc == PUSH_SPLIT:
+                return                      # completed; or still waiting for a FIN
         dlist_remove(&p.await_head, r)
         r.state = S_ACTIVE
         send_data(E, p, r, h.addr)
@@ -404,6 +404,19 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         if r.moved >= r.nbytes:
             dlist_remove(&p.rxact_head, r)
             complete(E, r, E_NONE)
+    elif op == OP_FIN and h.meta == FIN_SPLIT:      # the sender's part of a split copy is in
+        r = find_by_id(p.rxact_head, h.cookie)
+        if r == NULL:
+            return                          # failed here while the sender wrote (shm_split_read)
+        if r.split_at == 0 or r.slot == 0:
+            peer_lost(E, p, E_PEER_LOST, b"protocol error: FIN for no split receive")
+            return
+        dlist_remove(&p.rxact_head, r)
+        r.slot = 0
+        r.moved = r.nbytes
+        p.splits_shared += 1
+        complete(E, r, E_NONE)
+        send_ctrl(E, p, OP_FIN, h.ctx, r.split_cookie, 0, 0)    # its buffer is its own again
     elif op == OP_FIN and h.meta == FIN_PUSHED:     # our receive was written by its sender
         r = find_by_id(p.rxact_head, h.cookie)
         if r == NULL or r.slot == 0:

@@ -24,7 +24,8 @@
 
 cdef enum:
     HDR_MAGIC = 0x4D43              # "CM" little-endian
-    HDR_VERSION = 2                # 2: 64-byte header with credit and meta2, CREDIT and BEAT
+    HDR_VERSION = 3                # 2: 64-byte header with credit and meta2, CREDIT and BEAT;
+                                   # 3: split copies (CTS_SPLIT, FIN_SPLIT: shm.pxi)
     HDR_SPACE = 64                  # header slot in a ring record (the whole header)
     REC_ALIGN = 64
 
@@ -32,8 +33,11 @@ cdef enum:
     PUSH_WRITTEN = 0        # chan_push_fn: written, the send is complete
     PUSH_REFUSED = 1        # the receiver took the request back: wait (an abort or loss follows)
     PUSH_FAILED = 2         # not permitted: stream it (CTS/DATA) instead
+    PUSH_SPLIT = 3          # our part of a split copy is written: wait for the receiver's FIN
     CTS_PUSH = 1            # CTS meta: "write it yourself" (slot in meta >> 8, address in meta2)
+    CTS_SPLIT = 2           # CTS meta: "write the bytes from nbytes on; I read the rest" (shm.pxi)
     FIN_PUSHED = 2          # FIN meta (to the receiver): the push of receive `cookie` is written
+    FIN_SPLIT = 3           # FIN meta (to the receiver): its split's second part is written
 
 cdef enum:
     COPIER_AUTO = 0
@@ -167,6 +171,8 @@ cdef struct req_t:
     #     this one combines: a reduce's root) unless ranks outnumber cores
     int copier
     int slot            # a push armed for it: its slot + 1 (0: none)
+    uint64_t split_at   # a split copy (shm.pxi): where the sender's part begins (0: none)
+    uint64_t split_cookie   # ... and the sender's send id, for the FIN once both parts are in
     bint lent           # failed while its sender may still be writing into buf:
                         # the Request keeps buf alive for good (Engine._sweep)
     # reduce-receive (recv only): the payload is combined into buf by hook, in
@@ -282,6 +288,9 @@ cdef struct peer_t:
     int peer_efd
     int pid
     bint cma_ok
+    bint cma_proven     # a process_vm_readv from this peer has succeeded (split copies need it)
+    uint64_t splits_shared  # messages received as split copies whose sender wrote its part
+    uint64_t splits_alone   # ... whose sender had not begun: this rank read them whole
     # --- TCP receive state
     char *rxbuf
     size_t rx_pos

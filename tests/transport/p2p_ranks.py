@@ -558,3 +558,36 @@ def shm_segments_resident(comm):
                 out.append((size, int(fields[1])))
     comm.barrier()
     return out
+
+
+def split_copies(comm, nbytes, tries=5):
+    """Rank 0 sends rank 1 large messages of nbytes + 12 (odd: the halves meet off
+    any element): one to prove single copy works; `tries` while it waits (the
+    copy is split between both cores, unless rank 0 was not scheduled before
+    rank 1 finished its half); one it leaves to rank 1 while it sleeps (isend,
+    300 ms: rank 1 reads it all); one into a larger buffer.  Rank 1 returns
+    whether each arrived intact and its split counts (shared, alone)."""
+    n = nbytes + 12
+    count = tries + 3
+    msgs = [(np.arange(n, dtype=np.uint64) * 2654435761 + k).astype(np.uint8)
+            for k in range(count)]
+    if comm.rank == 0:
+        for k in range(count - 2):
+            comm.send(msgs[k], 1, k + 1)
+        req = comm.isend(msgs[count - 2], 1, count - 1)
+        time.sleep(0.3)
+        req.wait(timeout=30)
+        comm.send(msgs[count - 1], 1, count)
+        comm.barrier()
+        return None
+    ok = []
+    for k in range(count - 1):
+        buf = np.zeros(n, np.uint8)
+        comm.recv(buf, 0, k + 1)
+        ok.append(bool(np.array_equal(buf, msgs[k])))
+    big = np.full(n + 4096, 7, np.uint8)
+    comm.recv(big, 0, count)
+    ok.append(bool(np.array_equal(big[:n], msgs[count - 1]) and (big[n:] == 7).all()))
+    split = comm.stats()[0]["split_copies"]
+    comm.barrier()
+    return ok, split
