@@ -11,12 +11,13 @@ from commrt.transport import _core
 
 OPCODES = {"EAGER": 1, "RTS": 2, "CTS": 3, "DATA": 4, "FIN": 5, "ABORT": 6, "BYE": 7, "PAD": 8}
 
-# revision 1: 56 bytes; revision 2: 64 bytes (credits, a second fingerprint word)
+# revision 1: 56 bytes; revision 2: 64 bytes (credits, a second fingerprint word);
+# revision 3 (split copies: new CTS and FIN meanings) keeps revision 2's layout
 _LAYOUTS = {
     56: (struct.Struct("<IBBHiIiIQQQQ"), 0x54524D43, 1,
          ("magic", "version", "opcode", "dtype", "src", "ctx", "tag", "seq", "nbytes", "meta",
           "cookie", "addr")),
-    64: (struct.Struct("<HBBiIiIIQQQQQ"), 0x4D43, 2,
+    64: (struct.Struct("<HBBiIiIIQQQQQ"), 0x4D43, _core.WIRE_VERSION,
          ("magic", "version", "opcode", "src", "ctx", "tag", "seq", "credit", "nbytes", "meta",
           "meta2", "cookie", "addr")),
 }
