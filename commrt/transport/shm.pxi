@@ -435,7 +435,7 @@ cdef inline bint read_early(eng_t *E, req_t *r, uint64_t nbytes) noexcept nogil:
 # plain receives the transport places itself (COPIER_AUTO, COPIER_RECEIVER),
 # from SPLIT_MIN_BYTES, from a peer whose reads have worked before.
 cdef enum:
-    SPLIT_MIN_BYTES = 8 << 20
+    SPLIT_MIN_BYTES = 2 << 20
     SPLIT_ALIGN = 4096
 
 
