@@ -313,9 +313,11 @@ cdef void shm_arm(peer_t *p, uint32_t value) noexcept nogil:
     st_rel_u32(p.sleep_me, value)
 
 
-cdef bint shm_arm_push(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
-    """Ask the sender to write the message into r.buf (COPIER_SENDER): arm a
-    push slot, answer CTS with it and the address.  False: no slot free."""
+cdef bint shm_arm_push(eng_t *E, peer_t *p, req_t *r, hdr_t *h, uint64_t split_at) noexcept nogil:
+    """Ask the sender to write the message into r.buf: arm a push slot (r.slot - 1),
+    answer CTS with it and the address.  All of it (split_at 0: COPIER_SENDER),
+    or from byte split_at on (CTS_SPLIT: shm_split_read reads the rest).
+    False: no slot free."""
     cdef int k = 0
     cdef hdr_t c
     while k < PUSH_SLOTS and ld_acq_u64(&p.push_me[k]) != 0:
@@ -326,12 +328,15 @@ cdef bint shm_arm_push(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     r.slot = k + 1
     r.state = S_ACTIVE
     r.moved = 0
+    r.split_at = split_at
+    r.split_cookie = h.cookie
     dlist_push(&p.rxact_head, r)
     init_hdr(E, &c, OP_CTS, h.ctx, 0)
     c.cookie = h.cookie
     c.addr = r.id
-    c.meta = CTS_PUSH | (<uint64_t>k << 8)
+    c.meta = (CTS_SPLIT if split_at else CTS_PUSH) | (<uint64_t>k << 8)
     c.meta2 = <uint64_t><size_t>r.buf
+    c.nbytes = split_at
     if not enqueue(E, p, &c, NULL, 0, NULL, False, False):
         peer_lost(E, p, E_PEER_LOST, b"out of memory queueing a control frame")
         return True
@@ -447,32 +452,15 @@ cdef inline bint split_ok(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogi
 cdef bint shm_split_read(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     """Copy a matched RTS's message with its sender, each core half (above).
     False, having done nothing: no push slot free."""
-    cdef int k = 0
-    cdef hdr_t c
     cdef uint64_t armed = (r.id << 2) | SLOT_ARMED
     cdef uint64_t half = (h.nbytes // 2) & ~(<uint64_t>SPLIT_ALIGN - 1)
+    cdef int k
     cdef int rc
-    while k < PUSH_SLOTS and ld_acq_u64(&p.push_me[k]) != 0:
-        k += 1
-    if k == PUSH_SLOTS:
+    if not shm_arm_push(E, p, r, h, half):
         return False
-    st_rel_u64(&p.push_me[k], armed)
-    r.slot = k + 1
-    r.state = S_ACTIVE
-    r.moved = 0
-    r.split_at = half
-    r.split_cookie = h.cookie
-    dlist_push(&p.rxact_head, r)
-    init_hdr(E, &c, OP_CTS, h.ctx, 0)
-    c.cookie = h.cookie
-    c.addr = r.id
-    c.meta = CTS_SPLIT | (<uint64_t>k << 8)
-    c.meta2 = <uint64_t><size_t>r.buf
-    c.nbytes = half
-    if not enqueue(E, p, &c, NULL, 0, NULL, False, False):
-        peer_lost(E, p, E_PEER_LOST, b"out of memory queueing a control frame")
+    if p.lost:                              # the CTS could not be queued: r failed with p
         return True
-    flush(E, p)
+    k = r.slot - 1
     rc = cma_copy(p, r.buf, h.addr, half)
     if rc == 0 and not cas_u64(&p.push_me[k], armed, 0):
         return True                         # the sender writes the rest: FIN_SPLIT completes it
@@ -504,7 +492,7 @@ cdef bint shm_pull(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     cdef uint64_t done = 0
     if r.copier == COPIER_SENDER and p.cma_ok:
         if r.hook == NULL:
-            if shm_arm_push(E, p, r, h):
+            if shm_arm_push(E, p, r, h, 0):
                 return True
         elif not E.oversub:
             return False                    # stream: the sender's core copies, ours combines
