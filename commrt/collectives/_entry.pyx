@@ -13,8 +13,9 @@
 # planned call from Python is argument unpacking plus one C function.
 #
 # Everything unusual goes to the general path in Python, unchanged: the
-# functions bind() is given (the first call of a kind, a call with timeout=,
-# async_op= or algorithm=, a nested or queued call, a poisoned communicator)
+# functions bind() is given (the first call of a kind or of a named algorithm,
+# a call with timeout= or async_op=, a nested or queued call, a poisoned
+# communicator)
 # and the plans' own finish() (a step that is not clean: mismatch, dead peer,
 # timeout, a buffer that does not fit).  The thread rule is state.entry's: no
 # Python call runs between reading State.inside and setting it, and here no
@@ -180,6 +181,8 @@ cdef class State:
     cdef public object poisoned
     cdef public dict small
     cdef public object last_all_reduce
+    cdef public object last_named_all_reduce    # (the memo of calls that name one)
+    cdef object key_miss            # the key _all_reduce_plan last looked up
     cdef History _history
     cdef list memos             # per kind of _planned: its Memo, or None
 
@@ -198,14 +201,15 @@ cdef class State:
     def forget_memos(self):
         """Drop the memos (a plan left the cache: set_spin must reach every plan run)."""
         self.memos[:] = [None] * NKINDS
-        self.last_all_reduce = None
+        self.last_all_reduce = self.last_named_all_reduce = None
 
 
 cdef class PlanCore:
     """The fields of a prepared plan the entry reads: its chain and what go()
     returns on a clean run (nsteps), the history entry (base, meta2), whether a
     clean run is the whole call (plain), the barrier's buffer (tmp), and the
-    all-reduce's memo (the op object, shape and dtype it last matched)."""
+    all-reduce's memo (the op object, algorithm name, shape and dtype it last
+    matched)."""
     cdef public object chain
     cdef public uint64_t base
     cdef public uint64_t meta2
@@ -215,6 +219,7 @@ cdef class PlanCore:
     cdef public object tmp
     cdef public object dtype
     cdef public object memo_op
+    cdef public object memo_algo
     cdef public object memo_shape
 
 
@@ -237,6 +242,7 @@ cdef class Memo:
     cdef object plan
     cdef object root
     cdef object op
+    cdef object algo                # the name the call gave (None: the cost model's)
     cdef object ashape, adtype      # the first array's
     cdef object bshape, bdtype      # the second's (None, None: none)
 
@@ -263,6 +269,36 @@ cdef inline State _state(object comm):
     return <State?>s
 
 
+cdef object _all_reduce_plan(State st, object buf, object op, object algorithm):
+    """The all-reduce plan for this call, or None; st.key_miss: the key looked up
+    (None: none was, the memo's plan fits, or the op is unhashable and the
+    general path names it).  The plan run last (for the cost
+    model's choice, or for a named algorithm: its own memo) if this call is like
+    it: the same op object, dtype object, shape and name (hashing the key tuple,
+    a dtype's hash computed afresh each time, costs more than comparing)."""
+    p = st.last_all_reduce if algorithm is None else st.last_named_all_reduce
+    st.key_miss = None
+    if p is not None and (<PlanCore>p).memo_op is op and (<PlanCore>p).memo_algo is algorithm \
+            and _like(buf, (<PlanCore>p).memo_shape, (<PlanCore>p).dtype):
+        return p
+    shape = buf.shape
+    key = (shape, buf.dtype, op) if algorithm is None else (shape, buf.dtype, op, algorithm)
+    try:
+        p = st.small.get(key)
+    except TypeError:                       # an unhashable op: the general path names it
+        return None
+    st.key_miss = key
+    if p is not None:
+        if algorithm is None:
+            st.last_all_reduce = p
+        else:
+            st.last_named_all_reduce = p
+        (<PlanCore?>p).memo_op = op
+        (<PlanCore>p).memo_algo = algorithm
+        (<PlanCore>p).memo_shape = shape
+    return p
+
+
 def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
     """Combine every rank's buf element-wise with op; every rank gets the result in buf."""
     cdef State st = _state(comm)
@@ -281,24 +317,10 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
     st.inside = tid
     try:
         key = None
-        if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+        if type(buf) is _ndarray and _named(algorithm) and timeout is None and not async_op \
                 and not st.pending and st.poisoned is None:
-            # The plan run last, if this call is like it: the same op object, dtype
-            # object and shape (hashing the key tuple, a dtype's hash computed
-            # afresh each time, cost more than comparing).
-            p = st.last_all_reduce
-            if p is None or (<PlanCore>p).memo_op is not op \
-                    or not _like(buf, (<PlanCore>p).memo_shape, (<PlanCore>p).dtype):
-                shape = buf.shape
-                key = (shape, buf.dtype, op)
-                try:
-                    p = st.small.get(key)
-                except TypeError:           # an unhashable op: the general path names it
-                    p = key = None
-                if p is not None:
-                    st.last_all_reduce = p
-                    (<PlanCore?>p).memo_op = op
-                    (<PlanCore>p).memo_shape = shape
+            p = _all_reduce_plan(st, buf, op, algorithm)
+            key = st.key_miss
             if p is not None:
                 plan = <PlanCore>p
                 if plan.mode == M_SCHED:    # not a power of two (plans.py)
@@ -317,6 +339,8 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
                         return buf
                 if key is None:             # the memo's plan did not fit buf
                     key = (buf.shape, buf.dtype, op)
+            if algorithm is not None:       # (the general path keys it with the name)
+                key = None
         return _all_reduce_general(comm, buf, op, algorithm, timeout, async_op, key)
     finally:
         st.inside = 0
@@ -347,16 +371,17 @@ def barrier(comm, *, timeout=None, async_op=False):
     return _barrier_general(comm, timeout=timeout, async_op=async_op)
 
 
-cdef int _planned(object comm, int kind, object name, object root, object op, object a,
-                  object b, bint two, object out, object inbuf) except -1:
+cdef int _planned(object comm, int kind, object name, object algo, object root, object op,
+                  object a, object b, bint two, object out, object inbuf) except -1:
     """Run the call along its prepared plan if it has one and may take it now: 1
     when done, 0 having done nothing (the caller takes the general path, which
     enforces the thread rule and names any error).  A thread already inside (a
     nested call) takes the general path.  The plan key (plans.prepare's:
     (name, root, a.shape, a.dtype[, b.shape, b.dtype]), b None: None, None;
-    name: (name, op) where op is given) is built only when the call is not
-    like the kind's last planned one (its Memo: the same root, op object,
-    shapes and dtype objects)."""
+    name: (name, op) where op is given; a call that names its algorithm: the
+    name last, as the general path's _plan_key) is built only when the call is
+    not like the kind's last planned one (its Memo: the same algorithm, root, op
+    object, shapes and dtype objects)."""
     cdef State st = _state(comm)
     cdef PlanCore plan
     cdef Memo m
@@ -367,7 +392,8 @@ cdef int _planned(object comm, int kind, object name, object root, object op, ob
     st.inside = PyThread_get_thread_ident()
     try:
         mo = st.memos[kind]
-        if mo is not None and (<Memo>mo).op is op and _like(a, (<Memo>mo).ashape, (<Memo>mo).adtype) \
+        if mo is not None and (<Memo>mo).op is op and (<Memo>mo).algo is algo \
+                and _like(a, (<Memo>mo).ashape, (<Memo>mo).adtype) \
                 and PyObject_RichCompareBool((<Memo>mo).root, root, Py_EQ) \
                 and (not two or ((<Memo>mo).bshape is None if b is None
                                  else (<Memo>mo).bshape is not None
@@ -375,7 +401,7 @@ cdef int _planned(object comm, int kind, object name, object root, object op, ob
             plan = <PlanCore>(<Memo>mo).plan
         else:
             m = Memo.__new__(Memo)
-            m.root, m.op, m.ashape, m.adtype = root, op, a.shape, a.dtype
+            m.root, m.op, m.algo, m.ashape, m.adtype = root, op, algo, a.shape, a.dtype
             if kind == K_REDUCE or kind == K_REDUCE_SCATTER:
                 name = (name, op)
             if not two:
@@ -385,6 +411,8 @@ cdef int _planned(object comm, int kind, object name, object root, object op, ob
             else:
                 m.bshape, m.bdtype = b.shape, b.dtype
                 key = (name, root, m.ashape, m.adtype, m.bshape, m.bdtype)
+            if algo is not None:
+                key = key + (algo,)
             try:
                 p = st.small.get(key)
             except TypeError:               # an unhashable op: the general path names it
@@ -405,11 +433,19 @@ cdef int _planned(object comm, int kind, object name, object root, object op, ob
         st.inside = 0
 
 
+cdef inline bint _named(object algorithm):
+    """Whether a call's algorithm= may take a plan: none (the cost model's) or a
+    name (a plan of its own, keyed with the name; anything else the general
+    path names)."""
+    return algorithm is None or type(algorithm) is str
+
+
 def broadcast(comm, buf, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Copy root's buf into every rank's buf."""
-    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+    if type(buf) is _ndarray and _named(algorithm) and timeout is None and not async_op \
             and type(root) is int \
-            and _planned(comm, K_BROADCAST, "broadcast", root, None, buf, None, False, buf, None):
+            and _planned(comm, K_BROADCAST, "broadcast", algorithm, root, None, buf, None,
+                         False, buf, None):
         return buf
     return _general["broadcast"](comm, buf, root, algorithm=algorithm, timeout=timeout,
                                  async_op=async_op)
@@ -419,10 +455,10 @@ def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=
     """Combine every rank's buf element-wise with op; the result replaces root's buf
     (other ranks' buffers are left unchanged)."""
     cdef bint at_root
-    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+    if type(buf) is _ndarray and _named(algorithm) and timeout is None and not async_op \
             and type(root) is int:
         at_root = comm.rank == root
-        if _planned(comm, K_REDUCE, "reduce", root, op, buf, None, False,
+        if _planned(comm, K_REDUCE, "reduce", algorithm, root, op, buf, None, False,
                     buf if at_root else None, None if at_root else buf):
             return buf
     return _general["reduce"](comm, buf, root, op, algorithm=algorithm, timeout=timeout,
@@ -431,9 +467,9 @@ def reduce(comm, buf, root=0, op=SUM, *, algorithm=None, timeout=None, async_op=
 
 def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """out (size·len(buf) elements) receives every rank's buf in rank order."""
-    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
+    if type(out) is _ndarray and type(buf) is _ndarray and _named(algorithm) \
             and timeout is None and not async_op and _planned(
-                comm, K_ALL_GATHER, "all_gather", 0, None, out, buf, True, out, buf):
+                comm, K_ALL_GATHER, "all_gather", algorithm, 0, None, out, buf, True, out, buf):
         return out
     return _general["all_gather"](comm, out, buf, algorithm=algorithm, timeout=timeout,
                                   async_op=async_op)
@@ -441,11 +477,12 @@ def all_gather(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
 
 def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Root's out (size·len(buf) elements) receives every rank's buf in rank order."""
-    if type(buf) is _ndarray and algorithm is None and timeout is None and not async_op \
+    if type(buf) is _ndarray and _named(algorithm) and timeout is None and not async_op \
             and type(root) is int:
         mine = out if comm.rank == root else None
         if (mine is None or type(mine) is _ndarray) \
-                and _planned(comm, K_GATHER, "gather", root, None, buf, mine, True, mine, buf):
+                and _planned(comm, K_GATHER, "gather", algorithm, root, None, buf, mine, True,
+                             mine, buf):
             return mine
     return _general["gather"](comm, buf, out, root, algorithm=algorithm, timeout=timeout,
                               async_op=async_op)
@@ -453,11 +490,12 @@ def gather(comm, buf, out=None, root=0, *, algorithm=None, timeout=None, async_o
 
 def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_op=False):
     """Rank i's out receives block i of root's buf (size·len(out) elements)."""
-    if type(out) is _ndarray and algorithm is None and timeout is None and not async_op \
+    if type(out) is _ndarray and _named(algorithm) and timeout is None and not async_op \
             and type(root) is int:
         mine = buf if comm.rank == root else None
         if (mine is None or type(mine) is _ndarray) \
-                and _planned(comm, K_SCATTER, "scatter", root, None, out, mine, True, out, mine):
+                and _planned(comm, K_SCATTER, "scatter", algorithm, root, None, out, mine, True,
+                             out, mine):
             return out
     return _general["scatter"](comm, out, buf, root, algorithm=algorithm, timeout=timeout,
                                async_op=async_op)
@@ -465,9 +503,10 @@ def scatter(comm, out, buf=None, root=0, *, algorithm=None, timeout=None, async_
 
 def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, async_op=False):
     """buf holds size·len(out) elements; rank i's out gets block i reduced over all ranks."""
-    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
+    if type(out) is _ndarray and type(buf) is _ndarray and _named(algorithm) \
             and timeout is None and not async_op and _planned(
-                comm, K_REDUCE_SCATTER, "reduce_scatter", 0, op, out, buf, True, out, buf):
+                comm, K_REDUCE_SCATTER, "reduce_scatter", algorithm, 0, op, out, buf, True, out,
+                buf):
         return out
     return _general["reduce_scatter"](comm, out, buf, op, algorithm=algorithm, timeout=timeout,
                                       async_op=async_op)
@@ -475,9 +514,9 @@ def reduce_scatter(comm, out, buf, op=SUM, *, algorithm=None, timeout=None, asyn
 
 def all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
     """Block j of rank i's buf lands in block i of rank j's out (size blocks each)."""
-    if type(out) is _ndarray and type(buf) is _ndarray and algorithm is None \
+    if type(out) is _ndarray and type(buf) is _ndarray and _named(algorithm) \
             and timeout is None and not async_op and _planned(
-                comm, K_ALL_TO_ALL, "all_to_all", 0, None, out, buf, True, out, buf):
+                comm, K_ALL_TO_ALL, "all_to_all", algorithm, 0, None, out, buf, True, out, buf):
         return out
     return _general["all_to_all"](comm, out, buf, algorithm=algorithm, timeout=timeout,
                                   async_op=async_op)

@@ -18,9 +18,9 @@ local copies the algorithm makes (an all-gather's own block, Bruck's
 rotation).  A later blocking call with the same arguments, no ``timeout=``
 and no ``async_op=``, stamps the sequence number and runs the chain: one C
 call.  A call that names its algorithm (``algorithm=``) gets a plan of its
-own, keyed with the name, which the general path's first lines run
-(collectives._keyed_plan: a few µs of Python more than the compiled entry,
-none of the general path's per-step Python).
+own, keyed with the name last, which the compiled entry runs as it runs the
+cost model's choice (the variable-size collectives': the general path's
+first lines, collectives._keyed_plan).
 
 The messages, fingerprints and operand order are the general path's (the
 same schedule, the same reduce-receives), so ranks on either path

@@ -28,7 +28,7 @@ class CommState(State):
     """Sequence numbers, poison, scratch memory, caches and the async worker of one
     communicator (kept in ``comm.state['collectives']``).  The fields the public
     functions' planned path reads and writes (seq, inside, pending, poisoned,
-    history, small, last_all_reduce, the memos) are C fields of its base,
+    history, small, the all-reduce's and the other kinds' memos) are C fields of its base,
     _entry.State, which that path (collectives/_entry.pyx) reads in C."""
 
     def __init__(self, comm):
@@ -48,6 +48,7 @@ class CommState(State):
         self.probe_req = None                    # posted receive for probes, once needed
         self.small = {}                          # prepared small all-reduces (_small.py)
         self.last_all_reduce = None              # the plan all_reduce ran last (its memo)
+        self.last_named_all_reduce = None        # ... for a call that named its algorithm
         self.probe_buf = array.array("Q", (0, 0))        # a probe: (meta, meta2), uint64
         # knobs, read once per communicator (a collective call must stay cheap)
         self.timeout = config.get("COMMRT_TIMEOUT")

@@ -326,27 +326,33 @@ def no_plan_remembered(comm):
 
 def forced(comm, kind, algo, n, dtype="float32", op="SUM", root=0):
     """Calls naming their algorithm (algorithm=): after the first, do they run on
-    a plan (no Call object made: a Call is the general path's) with the
-    general path's results?  (digests of 3 such calls, of the same 3 calls
-    on the general path (timeout=), Calls made by the first three)."""
-    made = []
-    general_call = C.Call
+    a plan (no Call object made: a Call is the general path's) from the
+    compiled entry (the general path's Python, which looks the plan up with
+    _keyed_plan, not entered) with the general path's results?  (digests of 3
+    such calls, of the same 3 calls on the general path (timeout=), Calls
+    made by the first three, how many of them entered the general path)."""
+    made, keyed = [], []
+    general_call, general_lookup = C.Call, C._keyed_plan
 
     class Counted(general_call):
         def __init__(self, *args, **kwargs):
             made.append(kwargs.get("algo"))
             super().__init__(*args, **kwargs)
 
+    def counted_lookup(*args):
+        keyed.append(1)
+        return general_lookup(*args)
+
     call(comm, kind, 1, n, dtype, op, root, algorithm=algo)         # prepares the plan
-    C.Call = Counted
+    C.Call, C._keyed_plan = Counted, counted_lookup
     try:
         planned_out = [call(comm, kind, 10 + i, n, dtype, op, root, algorithm=algo)
                        for i in range(3)]
     finally:
-        C.Call = general_call
+        C.Call, C._keyed_plan = general_call, general_lookup
     general_out = [call(comm, kind, 10 + i, n, dtype, op, root, True, algorithm=algo)
                    for i in range(3)]
-    return planned_out, general_out, made
+    return planned_out, general_out, made, len(keyed)
 
 
 def v_counts_checked_on_the_plan(comm):
