@@ -427,8 +427,7 @@ cdef inline bint read_early(eng_t *E, req_t *r, uint64_t nbytes) noexcept nogil:
     return r.copier == COPIER_RECEIVER and E.oversub
 
 
-# A large one-way message with a core per rank: one copy split between the two
-# cores.  Beyond the cache a copy runs at one core's DRAM speed (np.copyto of 64
+# A large one-way message: one copy split between two cores.  Beyond the cache a copy runs at one core's DRAM speed (np.copyto of 64
 # MiB: 6.5 GB/s here), while two cores copying at once each keep it (two 32 MiB
 # copies side by side: 6.3 GB/s each).  The receiver arms a push slot for the
 # message's second half and answers CTS_SPLIT, reads the first half itself, then
@@ -438,14 +437,22 @@ cdef inline bint read_early(eng_t *E, req_t *r, uint64_t nbytes) noexcept nogil:
 # writes answers FIN_SPLIT; the receiver completes and answers FIN only once
 # both halves are in, so the sender's buffer stays its until then.  Only for
 # plain receives the transport places itself (COPIER_AUTO, COPIER_RECEIVER),
-# from SPLIT_MIN_BYTES, from a peer whose reads have worked before.
+# from cma_min (every read the size rule makes) but never below SPLIT_MIN_BYTES,
+# from a peer whose reads have worked before.  Where ranks outnumber cores too
+# (cma_min 1 MiB there): the sender waits for the message, so it is on a core
+# or soon will be, and a receiver whose sender is not takes its half back.
+# bench collectives --fresh-inputs, 2 cores, medians of 6 rounds in two
+# alternated runs, before -> after: broadcast N = 3 1 MiB 348 -> 260 us, 16 MiB
+# 3134 -> 2455; N = 4 4 MiB 1032 -> 802; every other cell at N = 3, 4, 8 from 1
+# to 16 MiB within 0.9-1.1 (docs/performance-collectives.md).
 cdef enum:
-    SPLIT_MIN_BYTES = 2 << 20
+    SPLIT_MIN_BYTES = 1 << 20
     SPLIT_ALIGN = 4096
 
 
 cdef inline bint split_ok(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
-    return (r.hook == NULL and not E.oversub and p.cma_proven and h.nbytes >= SPLIT_MIN_BYTES
+    return (r.hook == NULL and p.cma_proven and h.nbytes >= E.cma_min
+            and h.nbytes >= SPLIT_MIN_BYTES
             and (r.copier == COPIER_AUTO or r.copier == COPIER_RECEIVER))
 
 
