@@ -120,6 +120,10 @@ knob("COMMRT_SPIN_US", 50.0, float,
 knob("COMMRT_OVERSUB_SPIN_US", 50.0, float,
      "Microseconds a waiter spins, yielding the core at every pass, before it sleeps, when a "
      "host's ranks outnumber its cores.")
+knob("COMMRT_OVERSUB_SPIN_MAX_US", 250.0, float,
+     "Where a host's ranks outnumber its cores: the largest spin a prepared collective's step "
+     "learns when its answers keep arriving just after its waiter fell asleep (each step "
+     "learns its own; COMMRT_OVERSUB_SPIN_US to turn learning off).")
 knob("COMMRT_SPIN_MAX_US", 10000.0, float,
      "Largest spin a waiter adapts to when answers keep arriving just after it fell asleep.  "
      "It must cover a scheduler time slice (a few ms): beside a busy process, the peer we wait "

@@ -250,6 +250,7 @@ cdef class Engine:
 
     def __cinit__(self, int rank, int size, *, uint64_t eager_limit=16384, uint64_t chunk=262144,
                   double spin_us=50.0, double spin_max_us=10000.0, bint oversubscribed=False,
+                  double oversub_spin_max_us=250.0,
                   double timeout=300.0, double progress_delay_us=1000.0,
                   uint64_t cma_min_bytes=12582912, uint64_t credit_bytes=4194304,
                   double heartbeat_s=0.5, double liveness_timeout_s=8.0):
@@ -285,6 +286,7 @@ cdef class Engine:
         self.E.spin_min_ns = self.E.spin_ns
         self.E.pt_delay_ns = <int64_t>(progress_delay_us * 1000.0)
         self.E.spin_max_ns = max(self.E.spin_ns, <int64_t>(spin_max_us * 1000.0))
+        self.E.oversub_spin_max_ns = max(self.E.spin_ns, <int64_t>(oversub_spin_max_us * 1000.0))
         self.E.oversub = oversubscribed
         self.E.next_id = 1
         pthread_mutex_init(&self.E.lock, NULL)

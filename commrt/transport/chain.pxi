@@ -83,6 +83,8 @@ cdef struct step_t:
     int first           # index of its first message
     int nmsg
     combine_fn hook     # after the step: hook(in/out, tmp, count)
+    int64_t spin_ns     # where ranks outnumber cores: this step's spin budget (0: the
+                        # engine's minimum; learned by block(), see there)
 
 
 cdef inline void reset_req(req_t *r, uint64_t meta, uint64_t meta2) noexcept nogil:
@@ -212,7 +214,8 @@ cdef int chain_go(eng_t *E, step_t *steps, msg_t *msgs, int *at, int last, uint6
             slice_end = deadline[0]
         for j in range(s.first, s.first + s.nmsg):
             if msgs[j].q != NULL and msgs[j].q.state < S_DONE and \
-                    not block(E, msgs[j].q, slice_end, spin, slice_ns > GIL_SPIN_NS):
+                    not block(E, msgs[j].q, slice_end, spin, slice_ns > GIL_SPIN_NS,
+                              &s.spin_ns if E.oversub else NULL):
                 at[0] = i
                 return CH_SLICE if now_ns() < deadline[0] else CH_STOP
         if not step_clean(s, msgs, meta, meta2):
@@ -299,6 +302,12 @@ cdef class ExchangeChain:
     @property
     def nsteps(self):
         return self.n
+
+    @property
+    def spin_budgets_us(self):
+        """Each step's learned spin budget in µs where ranks outnumber cores (0:
+        none learned, the engine's minimum; block() in engine.pxi)."""
+        return [self.steps[i].spin_ns / 1000.0 for i in range(self.n)]
 
     @property
     def nbytes(self):

@@ -126,6 +126,7 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
     engine = _core.Engine(rank, size, eager_limit=config.get("COMMRT_EAGER_LIMIT"),
                           spin_us=spin_us, spin_max_us=config.get("COMMRT_SPIN_MAX_US"),
                           oversubscribed=oversub,
+                          oversub_spin_max_us=config.get("COMMRT_OVERSUB_SPIN_MAX_US"),
                           progress_delay_us=config.get("COMMRT_PROGRESS_DELAY_US"),
                           cma_min_bytes=_cma_min_bytes(oversub),
                           chunk=config.get("COMMRT_SHM_CHUNK_BYTES"),

@@ -59,6 +59,7 @@ cdef struct eng_t:
     char *cbuf          # bounce buffer of reduce-receives over CMA (CMA_PIECE bytes, lazy)
     int64_t spin_ns     # current spin budget of a waiter (adapts, see block())
     int64_t spin_min_ns
+    int64_t oversub_spin_max_ns     # the largest a chain step's budget learns (block())
     int64_t spin_max_ns
     bint oversub
     int n_fd_polled     # peers whose data comes on an fd (chan_ops_t.polled_fd)
@@ -928,7 +929,7 @@ cdef void sleep_once(eng_t *E, int64_t deadline, bint waiter) noexcept nogil:
 
 
 cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True,
-                bint handoff=True) noexcept nogil:
+                bint handoff=True, int64_t *budget=NULL) noexcept nogil:
     """Wait for r until the deadline: spin (driving progress), then sleep.
 
     handoff=False: a caller that waits again at once (a chain's first, GIL-held
@@ -942,12 +943,23 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True,
     the largest budget doubles it (the answer was close: spinning a little
     longer saves two wake-ups, which cost far more on a loaded host); a wait
     that slept long halves it back toward the minimum (spinning would only
-    have burnt a core).  When ranks outnumber cores the budget stays at its
-    minimum: the core is needed by the rank we wait for."""
-    cdef int64_t t
+    have burnt a core).  When ranks outnumber cores the engine's budget stays
+    at its minimum: the core is needed by the rank we wait for.  There a
+    prepared collective's step learns its own (budget: the step's, 0 at
+    first; learn_budget): a step whose answers keep coming a little after
+    its waiter fell asleep (a scatter's receivers waiting out their root's
+    previous call) spins, yielding at every pass as OpenMPI's waiters do,
+    up to COMMRT_OVERSUB_SPIN_MAX_US, and a step that waits long (for a peer
+    that computes) keeps sleeping soon: so the waits of one call do not
+    teach another's."""
+    cdef int64_t t = 0
     cdef int64_t spin_end
+    cdef int64_t began = 0
     cdef int64_t slept_from
+    cdef int64_t b = 0
     cdef unsigned int it = 0
+    if budget != NULL:
+        b = budget[0] if budget[0] > E.spin_min_ns else E.spin_min_ns
     pthread_mutex_lock(&E.lock)
     E.drivers += 1
     spin_end = -1                           # set at the first clock read (pass 0)
@@ -961,7 +973,8 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True,
         if E.oversub or (it & 7) == 0:
             t = now_ns()
             if spin_end < 0:
-                spin_end = t + (E.spin_ns if spin else 0)
+                began = t
+                spin_end = t + ((b if budget != NULL else E.spin_ns) if spin else 0)
             if t >= spin_end or t >= deadline:
                 break
         pthread_mutex_unlock(&E.lock)
@@ -980,10 +993,14 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True,
         pthread_mutex_lock(&E.lock)
         it += 1
     E.drivers -= 1
+    if r.state >= S_DONE and budget != NULL and spin and began > 0:
+        learn_budget(E, budget, b, t - began, False)
     if r.state < S_DONE:
         slept_from = now_ns()
         while r.state < S_DONE and now_ns() < deadline:
             sleep_once(E, deadline, True)
+        if r.state >= S_DONE and budget != NULL and spin:
+            learn_budget(E, budget, b, b + now_ns() - slept_from, True)
         if r.state >= S_DONE and spin and not E.oversub:
             t = now_ns() - slept_from
             if t < E.spin_max_ns:
@@ -995,6 +1012,25 @@ cdef bint block(eng_t *E, req_t *r, int64_t deadline, bint spin=True,
     t = r.state >= S_DONE
     pthread_mutex_unlock(&E.lock)
     return <bint>t
+
+
+cdef inline void learn_budget(eng_t *E, int64_t *budget, int64_t b, int64_t waited,
+                              bint slept) noexcept nogil:
+    """A chain step's spin budget after a wait of `waited` ns with budget b (block()):
+    an answer that came after the waiter fell asleep but within 4 budgets
+    doubles it (up to oversub_spin_max_ns: the answer was near, and a wake-up
+    where cores are shared costs a turn on them); one that took longer than 4
+    of the largest halves it; one that came while spinning, in under a quarter
+    of the budget, halves it too (spinning that long would only take turns
+    from ranks that compute)."""
+    if slept:
+        if waited <= 4 * b:
+            b = 2 * b if 2 * b < E.oversub_spin_max_ns else E.oversub_spin_max_ns
+        elif waited > 4 * E.oversub_spin_max_ns:
+            b = b // 2
+    elif 4 * waited < b:
+        b = b // 2
+    budget[0] = b if b > E.spin_min_ns else E.spin_min_ns
 
 
 cdef inline void wake_progress_thread(eng_t *E) noexcept nogil:

@@ -184,3 +184,20 @@ def stamped(comm):
     out["meta"] = rq.wait(10).meta
     sq.wait(10)
     return out
+
+
+def learned_spin(comm, pause_s, calls=60):
+    """Rank 0 pauses pause_s before each of `calls` runs of a one-step chain (a
+    send to rank 1; rank 1's step receives it): rank 1's step learns how long
+    to spin from how long the message took.  Returns rank 1's learned budgets
+    (µs per step) and the engine's minimum, or None on rank 0."""
+    buf = np.zeros(4, np.float64)
+    kind, peer = (1, 1) if comm.rank == 0 else (0, 0)
+    ch = comm._exchange_chain([([(kind, peer, 0, 0, buf.nbytes, 0)], 0)], None, 0, TAG,
+                              nbytes=buf.nbytes)
+    ch.stamp(9 << 40, 0, 10.0, 0xFF)
+    for k in range(calls):
+        if comm.rank == 0 and pause_s:
+            time.sleep(pause_s)
+        assert ch.go(buf, k) == 1
+    return None if comm.rank == 0 else ch.spin_budgets_us

@@ -2,6 +2,7 @@
 results, refused buffers, and the hand-over of a step that is not clean (meta
 or size mismatch, a late peer, a dead one) as ordinary Requests."""
 import json
+import os
 
 import pytest
 
@@ -84,3 +85,29 @@ def test_stamped_runs_send_base_or_seq():
         assert "stamp" in out["unstamped"], out
         assert out["clean"] == 1 and out["sum"] == [3.0, 3.0], out
         assert out["k"] == 0 and out["meta"] == ((2 - r) << 40) | 0xAB, out
+
+
+@pytest.mark.parametrize("pause_s,learns", [(0.00005, True), (0.005, False)], ids=["near", "far"])
+def test_a_step_learns_its_spin_where_ranks_share_cores(pause_s, learns):
+    """Where ranks outnumber cores (here both on one core, this process pinned
+    to it while World spawns them) a chain step learns its own spin budget
+    (engine.pxi, block() and learn_budget()): answers that keep coming a
+    little after its waiter fell asleep (the sender pausing 0.05 ms before
+    each run) double it until they come while it spins (at most
+    COMMRT_OVERSUB_SPIN_MAX_US); answers 5 ms away leave it
+    at the minimum (COMMRT_OVERSUB_SPIN_US), so a step that waits for a
+    computing peer does not spin through the computation."""
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(mask)})
+    env = {"COMMRT_OVERSUB_SPIN_US": "50", "COMMRT_OVERSUB_SPIN_MAX_US": "250"}
+    try:
+        with World(2, transport="shm", env=env, timeout=60) as w:
+            os.sched_setaffinity(0, mask)
+            budgets = w.run(R.learned_spin, pause_s, timeout=50)[1]
+    finally:
+        os.sched_setaffinity(0, mask)
+    assert len(budgets) == 1, budgets
+    if learns:      # doubled from 50 until the answers came while it spun, at most the cap
+        assert 100.0 <= budgets[0] <= 250.0, budgets
+    else:
+        assert budgets[0] <= 50.0, budgets
