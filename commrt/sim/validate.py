@@ -13,7 +13,8 @@ point-to-point and kernel figures (TERMS, each switchable): β per message
 size (two ranks exchanging alone), where N ranks outnumber the cores the
 shift exchange (every rank at once sendrecv with rank ± d; fitted back
 through the engine into α per size, ``shift``, which is a wait for a core,
-``wait``), the general path's own work per call (timed on a one-rank
+``wait``; the same exchanges run as one exchange chain give the prepared
+plans' α per size, ``chain``: their steps wait as a chain's do), the general path's own work per call (timed on a one-rank
 communicator, where no message moves: ``call``), γ_mem with the cores all
 combining (``gamma_busy``), the eager limit (``rendezvous``), and a one-way
 β curve with the memory two copies share (``bus``, measured, not used by
@@ -130,11 +131,35 @@ def _beta_curve(comm, alpha, sizes=BETA_SIZES):
     return tuple(tuple(x) for x in comm.broadcast_obj(curve, 0))
 
 
-def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3):
+PATTERN_TAG = 0x5A17       # the chained pattern's messages (no collective uses it)
+
+
+def _chained_lap(comm, pairs, a, b):
+    """A lap of the exchanges ``pairs`` as one exchange chain (transport/chain.pxi):
+    one step per exchange, its send from a and its receive into b, as a
+    prepared collective's steps wait (where ranks outnumber cores each step
+    learns its own spin budget, transport.md "Waiting"); point to point, no
+    collective's schedule.  The returned lap() runs it once."""
+    k = a.nbytes
+    steps = [([(1, dst, 0, 0, k, 0), (0, src, 2, 0, k, 0)], 0) for dst, src in pairs]
+    chain = comm._exchange_chain(steps, b, 0, PATTERN_TAG, nbytes=k)
+    chain.stamp(0x5A17 << 40, 0, 120.0, 0xFFFFFFFF)
+    seq = [0]
+
+    def lap():
+        seq[0] += 1
+        if chain.go(a, seq[0]) != len(pairs):
+            raise RuntimeError("the chained exchange pattern stopped short (a peer late "
+                               "by 120 s or lost)")
+    return lap
+
+
+def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3, chained=False):
     """((size, seconds), ...): every rank at once runs its list of exchanges (_exchange)
     ``pairs`` ((dst, src), ...; point to point) with size-byte messages; the
     median over batches of the time per exchange, rank 0's (the ranks end
-    within one exchange of each other)."""
+    within one exchange of each other).  chained: the lap as one exchange
+    chain (_chained_lap), whose waits are the prepared collectives'."""
     import time
 
     import numpy as np
@@ -147,6 +172,8 @@ def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3):
         def lap():
             for dst, src in pairs:
                 _exchange(comm, a, dst, b, src, 120)
+        if chained:
+            lap = _chained_lap(comm, pairs, a, b)
         lap()
         comm.barrier()
         t0 = time.perf_counter()
@@ -165,14 +192,18 @@ def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3):
     return tuple(tuple(x) for x in comm.broadcast_obj(out if r == 0 else None, 0))
 
 
-def _shift_times(comm, sizes=SHIFT_SIZES):
+def _shift_times(comm, sizes=SHIFT_SIZES, chained=False):
     """The shift exchange (every rank at once sends to rank + d and receives from
     rank - d, d = 1..N-1 in turn): calibrate.fit_alpha turns it into the α the
     engine charges where ranks outnumber cores: the cost of all ranks waking,
     waiting and copying at once, which one message between two ranks alone
-    does not show."""
+    does not show.  chained: the same exchanges as one exchange chain
+    (_chained_lap), whose steps wait as a prepared collective's do (each
+    learning its own spin where ranks outnumber cores); the plain one's
+    waits are the general path's (they sleep after 50 µs)."""
     n, r = comm.size, comm.rank
-    return _pattern_times(comm, [((r + d) % n, (r - d) % n) for d in range(1, n)], sizes)
+    return _pattern_times(comm, [((r + d) % n, (r - d) % n) for d in range(1, n)], sizes,
+                          chained=chained)
 
 
 def _gamma_busy(comm, cores):
@@ -293,6 +324,7 @@ def _params_cores(comm):
     if comm.size > p["cores"]:
         p["alpha_oversub"] = _hop(comm) * 1e-6
         p["shift"] = _shift_times(comm)
+        p["shift_chain"] = _shift_times(comm, chained=True)
     return p
 
 
@@ -320,11 +352,11 @@ def measure(n, sizes, algos, timeout=600):
 
 
 # the model's terms, each switchable for the comparisons in docs/scale.md
-TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait")
+TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait", "chain")
 # those the validation uses: "bus" is measured and kept for comparison, but its
 # one-way curve is the noisiest figure here (a 16 MiB ping-pong slower per copy
 # than the exchange in some rounds), and it did not help (docs/scale.md)
-DEFAULT_TERMS = ("shift", "gamma_busy", "rendezvous", "call", "wait")
+DEFAULT_TERMS = ("shift", "gamma_busy", "rendezvous", "call", "wait", "chain")
 
 
 def _eager():
@@ -368,9 +400,23 @@ def topology(n, p, terms=DEFAULT_TERMS):
     return topo
 
 
-def predicted(n, nbytes, algo, p, topo=None):
-    topo = cell_topology(topo or topology(n, p), algo, n, nbytes, FORCED_PLANS,
-                         p.get("alpha_plan", 0.0))
+def plan_alpha_at(topo, p, terms=DEFAULT_TERMS):
+    """α per size for the steps of a prepared plan where ranks outnumber cores
+    ("chain"): fitted, as ``shift`` is, to the shift exchange run as one
+    exchange chain (its waits are the plans', learning their spin), or ()."""
+    if "chain" not in terms or not p.get("shift_chain") or not topo.oversubscribed:
+        return ()
+    from commrt.sim.calibrate import fit_alpha
+
+    return tuple((k, fit_alpha(topo, k, t)) for k, t in p["shift_chain"])
+
+
+def predicted(n, nbytes, algo, p, topo=None, chain_at=None):
+    topo = topo or topology(n, p)
+    if chain_at is None:
+        chain_at = plan_alpha_at(topo, p)
+    topo = cell_topology(topo, algo, n, nbytes, FORCED_PLANS, p.get("alpha_plan", 0.0),
+                         chain_at)
     return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4), ranks_per_node=n),
                     itemsize=4)
 
@@ -384,14 +430,16 @@ FORCED_PLANS = 2
 PLANNED_SINCE = {"ps": 2}
 
 
-def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0):
+def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0, chain_at=()):
     """The topology of one cell.  A call that ran on a prepared plan pays none of
     the general path's own work ("call"), and its steps are the compiled
     chain's: with alpha_plan (the cost model's α_plan, a round of the barrier's
     plan with every rank at once: empty messages, point to point on the chain)
     a message's fixed cost is that instead of the Python exchanges' α; where
-    ranks outnumber cores the per-size part of the shift exchange's α (a large
-    copy waiting for a core) stays on top of it."""
+    ranks outnumber cores, α per size is chain_at (plan_alpha_at: the shift
+    exchange on a chain) where it was measured, else the per-size part of the
+    plain shift exchange's α (a large copy waiting for a core) on top of
+    alpha_plan."""
     from commrt.collectives import plans
 
     if not (forced_plans and forced_plans >= PLANNED_SINCE.get(algo, 1)
@@ -403,7 +451,8 @@ def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0):
         topo = dataclasses.replace(
             topo, alpha_shm=alpha_plan,
             alpha_oversub=alpha_plan if topo.alpha_oversub else None,
-            alpha_at=tuple((k, alpha_plan + max(0.0, a - base)) for k, a in topo.alpha_at))
+            alpha_at=tuple(chain_at) if chain_at else
+            tuple((k, alpha_plan + max(0.0, a - base)) for k, a in topo.alpha_at))
     return topo
 
 
@@ -429,11 +478,12 @@ def run(ranks, sizes, algos, rounds, log=print, params=None):
                 continue
             got = measure(n, sizes, runnable)
             topo = topology(n, p)
+            chain_at = plan_alpha_at(topo, p)
             for algo in runnable:
                 for k in sizes:
                     cell = data.setdefault((n, algo, k), {"measured": [], "simulated": []})
                     cell["measured"].append(got[(algo, k)])
-                    cell["simulated"].append(predicted(n, k, algo, p, topo))
+                    cell["simulated"].append(predicted(n, k, algo, p, topo, chain_at))
         log(f"  round {r + 1}/{rounds} done")
     return data
 
@@ -473,11 +523,13 @@ def replay(files, terms=None):
                 else:
                     n, local = int(first), int(first)
                     topo = topology(n, p, DEFAULT_TERMS if terms is None else terms)
+                chain_at = () if hosts else plan_alpha_at(
+                    topo, p, DEFAULT_TERMS if terms is None else terms)
                 out["measured"].append(m)
                 # (α_plan, a round of the barrier's plan, is a one-host figure: across
                 # hosts it is a network round, and run_hosts leaves it out too)
                 topo = cell_topology(topo, algo, n, k, saved.get("forced_plans"),
-                                     0.0 if hosts else p.get("alpha_plan", 0.0))
+                                     0.0 if hosts else p.get("alpha_plan", 0.0), chain_at)
                 out["simulated"].append(simulate(topo, schedules.steps_of(
                     algo, n, max(1, k // 4), ranks_per_node=local), itemsize=4))
     return data

@@ -258,3 +258,47 @@ def test_a_cell_counts_as_planned_only_where_the_run_that_measured_it_had_the_pl
         assert (got.call == 0.0) == planned, (algo, mark)
         assert got.alpha_shm == (1e-6 if planned else 5e-6), (algo, mark)
     assert validate.cell_topology(base, "ps", 3, 64 << 10, None).call == 20e-6
+
+
+def test_planned_cells_take_the_chained_shift_exchanges_alpha():
+    """Where ranks outnumber cores a prepared plan's steps wait as an exchange
+    chain's do (each learning its own spin), the general path's as plain
+    waits: "chain" fits α per size to the shift exchange run as one chain
+    (shift_chain) and gives it to the planned cells only; without the figure
+    or the term, the plain shift exchange's α as before."""
+    p = _params(4)
+    p["shift_chain"] = [[8192, 20e-6], [1 << 20, 500e-6]]
+    topo4 = validate.topology(4, p)
+    chain_at = validate.plan_alpha_at(topo4, p)
+    assert [k for k, _ in chain_at] == [8192, 1 << 20]
+    assert all(a >= 0 for _, a in chain_at)
+    # a faster pattern fits a smaller α than the plain one at every size
+    assert all(c < a for (_, c), (_, a) in zip(chain_at, topo4.alpha_at)), (chain_at,
+                                                                           topo4.alpha_at)
+    planned = validate.cell_topology(topo4, "ring", 4, 64 << 10, 2, 1e-6, chain_at)
+    assert planned.alpha_at == chain_at
+    general = validate.cell_topology(topo4, "dbtree", 4, 64 << 10, 2, 1e-6, chain_at)
+    assert general.alpha_at == topo4.alpha_at
+    assert validate.plan_alpha_at(topo4, p, terms=("shift",)) == ()
+    assert validate.plan_alpha_at(validate.topology(2, p), p) == ()     # a core each
+    del p["shift_chain"]
+    assert validate.plan_alpha_at(topo4, p) == ()
+
+
+def test_the_shift_exchange_runs_on_a_chain_too():
+    """validate._shift_times(chained=True) times the same exchanges as one exchange
+    chain (a real 3-rank job): a time per exchange for each size, every rank
+    agreeing (rank 0's broadcast)."""
+    from commrt.testing import World
+
+    with World(3, timeout=60) as w:
+        got = w.run(_shift_both, timeout=50)
+    assert got[0] == got[1] == got[2]
+    plain, chained = got[0]
+    assert [k for k, _ in plain] == [k for k, _ in chained] == [8192, 1 << 20]
+    assert all(0 < t < 0.05 for _, t in plain + chained), got[0]
+
+
+def _shift_both(comm):
+    sizes = (8192, 1 << 20)
+    return (validate._shift_times(comm, sizes), validate._shift_times(comm, sizes, chained=True))
