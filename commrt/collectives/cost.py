@@ -534,11 +534,13 @@ def predict(collective, comm, nbytes, p=None):
             planned = plans.applies(collective, name, comm.size, nbytes)
             if planned and p.alpha_plan and p.hosts <= 1:
                 # its steps are the compiled chain's, not the general path's; but in
-                # a pipeline of several segments each waits on a neighbour that is
-                # busy copying the one before, for a context switch where ranks
-                # outnumber cores (SEGMENT_WAITS: the ring's and the chain's), which
-                # no plan removes
-                waits = getattr(mod, "SEGMENT_WAITS", False) and p.nseg(nbytes) > 1
+                # a pipeline each step waits on a neighbour that is busy copying the
+                # one before, for a context switch where ranks outnumber cores
+                # (SEGMENT_WAITS: the ring's and the chain's), which no plan removes:
+                # with one segment a step too (the ring all-reduce at N = 3, 64-256
+                # KiB: 40-44 us measured against the tree's 35-38, modelled 23.5
+                # against 23.6 with the chain's α; 2026-12-05)
+                waits = getattr(mod, "SEGMENT_WAITS", False)
                 busy = q.alpha_busy if waits else min(q.alpha_busy, p.alpha_plan)
                 q = replace(q, alpha=min(q.alpha, p.alpha_plan), alpha_busy=busy)
             t = mod.cost(comm.size, nbytes, q, comm)

@@ -29,7 +29,7 @@ from commrt.collectives.registry import Msg
 
 
 TIE = 2
-# every segment waits on a neighbour: α_busy where ranks outnumber cores, planned or
+# every step waits on a neighbour: α_busy where ranks outnumber cores, planned or
 # not (cost.predict)
 SEGMENT_WAITS = True
 # across hosts the ring's block placement sends one stream per host and direction
