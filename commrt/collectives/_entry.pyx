@@ -182,7 +182,6 @@ cdef class State:
     cdef public dict small
     cdef public object last_all_reduce
     cdef public object last_named_all_reduce    # (the memo of calls that name one)
-    cdef object key_miss            # the key _all_reduce_plan last looked up
     cdef History _history
     cdef list memos             # per kind of _planned: its Memo, or None
 
@@ -270,14 +269,11 @@ cdef inline State _state(object comm):
 
 
 cdef object _all_reduce_plan(State st, object buf, object op, object algorithm):
-    """The all-reduce plan for this call, or None; st.key_miss: the key looked up
-    (None: none was, the memo's plan fits, or the op is unhashable and the
-    general path names it).  The plan run last (for the cost
+    """The all-reduce plan for this call, or None.  The plan run last (for the cost
     model's choice, or for a named algorithm: its own memo) if this call is like
     it: the same op object, dtype object, shape and name (hashing the key tuple,
     a dtype's hash computed afresh each time, costs more than comparing)."""
     p = st.last_all_reduce if algorithm is None else st.last_named_all_reduce
-    st.key_miss = None
     if p is not None and (<PlanCore>p).memo_op is op and (<PlanCore>p).memo_algo is algorithm \
             and _like(buf, (<PlanCore>p).memo_shape, (<PlanCore>p).dtype):
         return p
@@ -287,7 +283,6 @@ cdef object _all_reduce_plan(State st, object buf, object op, object algorithm):
         p = st.small.get(key)
     except TypeError:                       # an unhashable op: the general path names it
         return None
-    st.key_miss = key
     if p is not None:
         if algorithm is None:
             st.last_all_reduce = p
@@ -320,7 +315,6 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
         if type(buf) is _ndarray and _named(algorithm) and timeout is None and not async_op \
                 and not st.pending and st.poisoned is None:
             p = _all_reduce_plan(st, buf, op, algorithm)
-            key = st.key_miss
             if p is not None:
                 plan = <PlanCore>p
                 if plan.mode == M_SCHED:    # not a power of two (plans.py)
@@ -337,10 +331,12 @@ def all_reduce(comm, buf, op=SUM, algorithm=None, timeout=None, async_op=False):
                             return buf
                     if _all_reduce_rest(comm, st, buf, plan, seq, i) is not None:
                         return buf
-                if key is None:             # the memo's plan did not fit buf
-                    key = (buf.shape, buf.dtype, op)
-            if algorithm is not None:       # (the general path keys it with the name)
-                key = None
+            if algorithm is None:           # the key it may prepare under (a named call's
+                key = (buf.shape, buf.dtype, op)    # the general path makes itself)
+                try:
+                    hash(key)
+                except TypeError:           # an unhashable op: the general path names it
+                    key = None
         return _all_reduce_general(comm, buf, op, algorithm, timeout, async_op, key)
     finally:
         st.inside = 0

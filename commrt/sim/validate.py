@@ -143,7 +143,7 @@ def _chained_lap(comm, pairs, a, b):
     k = a.nbytes
     steps = [([(1, dst, 0, 0, k, 0), (0, src, 2, 0, k, 0)], 0) for dst, src in pairs]
     chain = comm._exchange_chain(steps, b, 0, PATTERN_TAG, nbytes=k)
-    chain.stamp(0x5A17 << 40, 0, 120.0, 0xFFFFFFFF)
+    chain.stamp(PATTERN_TAG << 40, 0, 120.0, 0xFFFFFFFF)
     seq = [0]
 
     def lap():

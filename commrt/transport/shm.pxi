@@ -427,9 +427,10 @@ cdef inline bint read_early(eng_t *E, req_t *r, uint64_t nbytes) noexcept nogil:
     return r.copier == COPIER_RECEIVER and E.oversub
 
 
-# A large one-way message: one copy split between two cores.  Beyond the cache a copy runs at one core's DRAM speed (np.copyto of 64
-# MiB: 6.5 GB/s here), while two cores copying at once each keep it (two 32 MiB
-# copies side by side: 6.3 GB/s each).  The receiver arms a push slot for the
+# A large one-way message: one copy split between two cores.  Beyond the cache a
+# copy runs at one core's DRAM speed (np.copyto of 64 MiB: 6.5 GB/s here), while
+# two cores copying at once each keep it (two 32 MiB copies side by side: 6.3
+# GB/s each).  The receiver arms a push slot for the
 # message's second half and answers CTS_SPLIT, reads the first half itself, then
 # takes the slot back if its sender has not begun writing (compare-and-swap, as
 # a lost peer's disarm) and reads the rest too: a sender that computes instead
