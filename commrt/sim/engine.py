@@ -58,7 +58,14 @@ work per call before its first step (on a core where they are shared);
 memory, one copy at a time (first come, first served; β(s) is then a copy's
 alone, and two ranks copying at once, as in an exchange, take longer);
 ``alpha_wait``, where ranks outnumber cores α is a wait before the copy that
-holds no core (the receiver's wait for its turn), not work queued with it.
+holds no core (the receiver's wait for its turn), not work queued with it;
+``oneway_at``, β per size of a message that both ranks' cores move, where
+each rank has a core of its own: one sent in its sender's last step, which
+only sends (the sender waits for it to be taken, and its core copies half
+of a large one, or streams it through the pair's ring while the receiver
+copies out: transport/shm.pxi), or a combine the sender copies
+(``copier`` "sender"); measured as a ping-pong's one way, where the
+exchange's β (``beta_at``) is two copies at once.
 
 The symmetry shortcut (``uniform``; exact, not an approximation): where
 every rank provably follows rank 0's timeline, only rank 0 is run.  The
@@ -122,11 +129,18 @@ class Topology:
     alpha_wait: bool = False            # oversubscribed α: a wait, not a core's work
     bus_at: tuple = ()                  # ((bytes, s/B), ...): the part of β(bytes) that a
                                         # node's copies take one at a time (its memory)
+    oneway_at: tuple = ()               # ((bytes, β), ...) of a message both ranks' cores
+                                        # move (ping-pong's; module docstring)
 
     def b(self, nbytes):
         """β of a shared-memory message of nbytes: the measured curve (``beta_at``,
         log-linear between its sizes, its ends beyond them), else β_shm."""
         return curve(self.beta_at, nbytes) if self.beta_at else self.beta_shm
+
+    def b1(self, nbytes):
+        """β of a shared-memory message that its sender's core helps move (module
+        docstring): the ping-pong curve ``oneway_at``, else b(nbytes)."""
+        return curve(self.oneway_at, nbytes) if self.oneway_at else self.b(nbytes)
 
     def m(self, nbytes):
         """The part of β(nbytes) a node's shared-memory copies serialise on (bus_at)."""
@@ -377,12 +391,15 @@ def _full(topo, steps, itemsize):
         is posted, and the call ends once it has been taken."""
         return eager is not None and nbytes > eager
 
-    def on_cpu(dst, post, sent_at, arrival, nbytes, combine, local):
+    def on_cpu(dst, post, sent_at, arrival, nbytes, combine, local, alone=False):
         """Completion of a receive whose work runs on its rank's thread (one receive
         at a time) and, where ranks share cores, on one of its node's cores.
         combine: 0, COMBINE (the receiver copies, then combines) or STREAMED."""
         first = min(nbytes, topo.segment)
         streamed = local and combine == STREAMED
+        # alone, or streamed (the sender's core copies it, by its copier): β of one
+        # message moved by both cores, where each rank has its own (b1)
+        beta = topo.b1 if alone or (streamed and not topo.oversubscribed) else topo.b
         if streamed:
             # the sender's core streams it through the pair's ring while the
             # receiver's combines it as it lands: the receiver's work is the
@@ -391,7 +408,7 @@ def _full(topo, steps, itemsize):
             ready = max(post, sent_at)
             a = topo.a(nbytes)
             work = a + nbytes * topo.g(nbytes)
-            floor = ready + a + nbytes * topo.b(nbytes) + first * topo.g(first)
+            floor = ready + a + nbytes * beta(nbytes) + first * topo.g(first)
             if topo.alpha_wait and topo.oversubscribed:
                 ready, work, a = ready + a, work - a, 0.0
         elif local:
@@ -400,7 +417,7 @@ def _full(topo, steps, itemsize):
             # message's α (matching, waking the receiver) queues with the copy
             ready = max(post, sent_at)
             a = topo.a(nbytes)
-            work, floor = a + nbytes * topo.b(nbytes), ready + a
+            work, floor = a + nbytes * beta(nbytes), ready + a
             if topo.alpha_wait and topo.oversubscribed:
                 # α a wait (the receiver's turn on a core), no core held for it
                 ready, work, a = floor, work - a, 0.0
@@ -438,8 +455,8 @@ def _full(topo, steps, itemsize):
             heapq.heappush(events, (max(done_at[r], now), r))
 
     def complete(src, dst, post, msg, nbytes, combine, now):
-        arrival, sent_at, local = msg
-        t = on_cpu(dst, post, sent_at, arrival, nbytes, combine, local)
+        arrival, sent_at, local, alone = msg
+        t = on_cpu(dst, post, sent_at, arrival, nbytes, combine, local, alone)
         if awaited(nbytes):
             # a rendezvous send completes once its data is taken: on shared memory
             # when the receiver's copy ends, on the network when the last byte left;
@@ -464,15 +481,16 @@ def _full(topo, steps, itemsize):
         egress[a] = ingress[b] = start + wire
         return start + topo.alpha_net + wire
 
-    def message(src, dst, nbytes, t, post=None):
-        """(arrival, sent at, same node) of a send at t; a rendezvous message moves
-        only once its receive is posted (post; None: not yet: arrival None)."""
+    def message(src, dst, nbytes, t, post=None, alone=False):
+        """(arrival, sent at, same node, alone) of a send at t (alone: its sender's
+        core helps move it, on_cpu); a rendezvous message moves only once its receive is posted (post;
+        None: not yet: arrival None)."""
         local = topo.node(src) == topo.node(dst)
         if awaited(nbytes) and not local:
             if post is None:
-                return None, t, local
-            return depart(src, dst, nbytes, max(t, post)), t, local
-        return depart(src, dst, nbytes, t), t, local
+                return None, t, local, alone
+            return depart(src, dst, nbytes, max(t, post)), t, local, alone
+        return depart(src, dst, nbytes, t), t, local, alone
 
     while events:
         t, r = heapq.heappop(events)
@@ -486,6 +504,10 @@ def _full(topo, steps, itemsize):
         index[r] += 1
         recvs = [m for m in msgs if m[0] != "send"]
         left[r] = started = len(recvs)
+        # a message whose sender's step only sends, its last, where ranks have a
+        # core each: the sender's core, idle until it is taken, moves it too
+        alone = (not started and index[r] == len(steps[r]) and bool(topo.oneway_at)
+                 and not topo.oversubscribed)
         done_at[r] = t
         for m in msgs:
             op, peer, lo, hi = m[:4]
@@ -498,11 +520,11 @@ def _full(topo, steps, itemsize):
                     if size != nbytes:
                         raise ScheduleError(f"{r} -> {peer}: {nbytes} bytes sent, {size} "
                                             "expected")
-                    complete(r, peer, post, message(r, peer, nbytes, t, post), nbytes,
-                             combine, t)
+                    complete(r, peer, post, message(r, peer, nbytes, t, post, alone),
+                             nbytes, combine, t)
                 else:
                     sent[(r, peer, getattr(m, "ctx", None))].append(
-                        (message(r, peer, nbytes, t), nbytes))
+                        (message(r, peer, nbytes, t, alone=alone), nbytes))
         for m in recvs:
             op, peer, lo, hi = m[:4]
             nbytes = (hi - lo) * itemsize
@@ -512,7 +534,7 @@ def _full(topo, steps, itemsize):
                 if size != nbytes:
                     raise ScheduleError(f"{peer} -> {r}: {size} bytes sent, {nbytes} expected")
                 if msg[0] is None:      # a rendezvous message: it moves now
-                    msg = message(peer, r, nbytes, msg[1], t)
+                    msg = message(peer, r, nbytes, msg[1], t, alone=msg[3])
                 complete(peer, r, t, msg, nbytes, _kind(m), t)
             else:
                 waiting[(peer, r, getattr(m, "ctx", None))].append((t, nbytes, _kind(m)))

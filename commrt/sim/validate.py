@@ -352,11 +352,11 @@ def measure(n, sizes, algos, timeout=600):
 
 
 # the model's terms, each switchable for the comparisons in docs/scale.md
-TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait", "chain")
+TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait", "chain", "oneway")
 # those the validation uses: "bus" is measured and kept for comparison, but its
 # one-way curve is the noisiest figure here (a 16 MiB ping-pong slower per copy
 # than the exchange in some rounds), and it did not help (docs/scale.md)
-DEFAULT_TERMS = ("shift", "gamma_busy", "rendezvous", "call", "wait", "chain")
+DEFAULT_TERMS = ("shift", "gamma_busy", "rendezvous", "call", "wait", "chain", "oneway")
 
 
 def _eager():
@@ -375,7 +375,9 @@ def topology(n, p, terms=DEFAULT_TERMS):
     ("call"); a copy's β(s) is one copy's alone (ping-pong), and the rest of
     an exchange's, where both ranks copy at once, the node's memory taken one
     copy at a time ("bus"); where ranks outnumber cores α is a wait for a
-    core, not work on one ("wait")."""
+    core, not work on one ("wait"); a message whose sender's core moves it
+    too takes the ping-pong's β where ranks have a core each ("oneway";
+    not with "bus", which takes that curve as every copy's own)."""
     gmem = p.get("gamma_mem")
     if "gamma_busy" in terms and p.get("gamma_busy"):
         gmem = max(gmem or 0.0, p["gamma_busy"])
@@ -393,6 +395,8 @@ def topology(n, p, terms=DEFAULT_TERMS):
         # two copies at once take β_exchange per byte each: one's own β, plus
         # the other's share of the memory, which is the difference
         topo.bus_at = tuple((k, min(one[k], max(0.0, b - one[k]))) for k, b in both)
+    if "oneway" in terms and p.get("oneway_at") and "bus" not in terms:
+        topo.oneway_at = tuple(map(tuple, p["oneway_at"]))
     if "shift" in terms and p.get("shift") and topo.oversubscribed:
         from commrt.sim.calibrate import fit_alpha
 

@@ -230,6 +230,38 @@ def test_copies_at_once_share_the_nodes_memory():
                     itemsize=1) == pytest.approx(both, rel=1e-12)
 
 
+def test_a_message_its_idle_sender_helps_move_takes_the_one_way_beta():
+    """oneway_at: a message sent in its sender's last step, which only sends, or a
+    combine the sender streams, costs α + s·β1 (both cores move it); a message
+    of an exchange, or one sent where ranks outnumber cores, keeps β."""
+    k, b1 = 1 << 20, 0.4 * B
+    t = topo(1, 2, oneway_at=((1, b1),))
+    one = lambda r: [[("send", 1, 0, k)]] if r == 0 else [[("recv", 0, 0, k)]]  # noqa: E731
+    assert simulate(t, one, itemsize=1) == pytest.approx(A + k * b1, rel=1e-12)
+    assert simulate(topo(1, 2), one, itemsize=1) == pytest.approx(A + k * B, rel=1e-12)
+    both = lambda r: [[("send", 1 - r, 0, k), ("recv", 1 - r, 0, k)]]  # noqa: E731
+    assert simulate(t, both, itemsize=1) == pytest.approx(A + k * B, rel=1e-12)
+    # not its sender's last step: its core goes on to the next one
+    first = lambda r: ([[("send", 1, 0, k)], [("recv", 1, 0, 1)]] if r == 0  # noqa: E731
+                       else [[("recv", 0, 0, k)], [("send", 0, 0, 1)]])
+    assert simulate(t, first, itemsize=1) > A + k * B
+    # a streamed combine: the sender's core copies, the receiver's combines (γ < β1 here)
+    streamed = registry_sender_copies([[("combine", 0, 0, k)]])
+    s = lambda r: [[("send", 1, 0, k)]] if r == 0 else streamed  # noqa: E731
+    assert simulate(t, s, itemsize=1) == pytest.approx(A + k * b1 + k * G, rel=1e-12)
+    crowded = dataclasses.replace(t, cores=1)   # two ranks on one core: β
+    assert simulate(crowded, one, itemsize=1) == pytest.approx(A + k * B, rel=1e-12)
+    p = _params(2)
+    assert validate.topology(2, p).oneway_at == ((8192, 4e-10), (1 << 20, 1.2e-10))
+    assert validate.topology(2, p, terms=("shift",)).oneway_at == ()
+
+
+def registry_sender_copies(steps):
+    from commrt.collectives.registry import Msg, sender_copies
+
+    return sender_copies([[Msg(*m) for m in step] for step in steps])
+
+
 def test_an_oversubscribed_alpha_is_a_wait_or_a_cores_work():
     """alpha_wait: four ranks on two cores each receive one message at once; as a
     wait α is paid once, in parallel, before the four copies share the cores;
