@@ -938,6 +938,26 @@ cdef class Engine:
                                                          for k in range(p.nlanes)]}
         return out
 
+    def liveness_info(self):
+        """beats_paid: heartbeat rounds whose TCP beats and silence checks a
+        progress pass made because the beat thread could not have the engine
+        lock (engine.pxi beat_main)."""
+        self._live()
+        return {"beats_paid": self.E.beats_paid}
+
+    def _drive_holding_lock(self, double seconds):
+        """Tests only: drive progress for `seconds` without ever letting go of the
+        engine lock (the worst case of a waiter that drives a long receive)."""
+        cdef eng_t *E = self._live()
+        cdef int64_t until = now_ns() + <int64_t>(seconds * 1e9)
+        with nogil:
+            pthread_mutex_lock(&E.lock)
+            while now_ns() < until:
+                progress(E, True)
+                cpu_relax()
+            pthread_mutex_unlock(&E.lock)
+        self._sweep()
+
     def memory_info(self):
         """Bytes the transport holds: per peer and for unexpected messages, and
         how many sends wait for flow-control credit."""

@@ -74,6 +74,8 @@ cdef struct eng_t:
     pthread_mutex_t beat_lock       # guards beat_stop and beat_cond (not E.lock: see beat_main)
     bint beat_stop
     bint beat_running
+    uint64_t beat_owed      # the beat thread missed the lock: progress() beats (beat_main)
+    uint64_t beats_paid     # rounds progress() beat for it (Engine.liveness_info)
     uint64_t unexp_peak     # unexpected bytes' high mark since the queue was last empty
     pblock_t *pool[POOL_BUCKETS]    # free unexpected-message blocks by size (queues.pxi)
     uint64_t pool_bytes
@@ -866,6 +868,8 @@ cdef int progress(eng_t *E, bint poll_fds) noexcept nogil:
     cdef int k
     cdef peer_t *p
     cdef epoll_event evs[MAX_EVENTS]
+    if ld_acq_u64(&E.beat_owed):
+        pay_owed_beat(E)
     if E.n_polled:
         for i in range(E.size):
             p = &E.peers[i]
@@ -1096,8 +1100,14 @@ cdef void *beat_main(void *arg) noexcept nogil:
     """Every beat_ns: beat the lock-free channels (shm) first, then take the engine
     lock for the rest (progress, TCP beats, silence checks, trimming).  The lock
     may be held for seconds by a single-copy read of a multi-GiB message: the
-    lock-free beats go on regardless, so such a rank is never found silent, and
-    a round that cannot have the lock within half a beat is skipped."""
+    lock-free beats go on regardless, so such a rank is never found silent.  A
+    round that cannot have the lock within half a beat leaves its TCP beats and
+    silence checks owed (beat_owed), and the holder's next progress() pass pays
+    them: a waiter that drives a TCP receive of gigabytes takes and drops the
+    lock thousands of times a second, and the mutex is not fair, so on a loaded
+    host this thread could miss it for the whole liveness timeout, and the
+    sender, which hears only beats from a rank that only receives, found it
+    silent (a 2 GiB receive over TCP, 2026-12-05)."""
     cdef eng_t *E = <eng_t *>arg
     cdef int64_t t
     cdef timespec until
@@ -1117,11 +1127,22 @@ cdef void *beat_main(void *arg) noexcept nogil:
         until.tv_sec += (until.tv_nsec + E.beat_ns // 2) // 1000000000
         until.tv_nsec = (until.tv_nsec + E.beat_ns // 2) % 1000000000
         if pthread_mutex_timedlock(&E.lock, &until) == 0:
+            st_rel_u64(&E.beat_owed, 0)
             beat_locked(E)
             pthread_mutex_unlock(&E.lock)
+        else:
+            st_rel_u64(&E.beat_owed, 1)
         pthread_mutex_lock(&E.beat_lock)
     pthread_mutex_unlock(&E.beat_lock)
     return NULL
+
+
+cdef void pay_owed_beat(eng_t *E) noexcept nogil:
+    """The beat thread's missed round (beat_main), paid by the lock's holder: the
+    TCP beats and the silence checks (its progress pass goes on after)."""
+    st_rel_u64(&E.beat_owed, 0)
+    E.beats_paid += 1
+    beat_round(E, now_ns())
 
 
 cdef void beat_lockfree(eng_t *E) noexcept nogil:

@@ -42,3 +42,18 @@ def test_rank_computing_or_sleeping_is_not_blamed(transport):
         res = w.run(W.compute_then_answer, 6.0, 4.0, timeout=90)
         assert res[0] == 1 and res[1] > 0
         assert w.run(W.meta_words, 8)[1]["send"] == (W.HI, W.HI - 1)     # still healthy
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_rank_whose_beat_thread_cannot_have_the_lock_still_beats(transport):
+    """Rank 1 holds its engine lock for three liveness timeouts while driving
+    progress: its beat thread misses every round, and its progress passes pay
+    the TCP beats it owes, so rank 0 never finds it silent."""
+    env = {"COMMRT_LIVENESS_TIMEOUT_S": "1.5", "COMMRT_HEARTBEAT_S": "0.25"}
+    with World(2, transport=transport, env=env, timeout=90) as w:
+        res = w.run(W.drive_holding_lock_then_answer, 4.5, timeout=90)
+        assert res[0] == 1
+        if transport == "tcp":      # shared memory beats without the lock
+            assert res[1]["beats_paid"] >= 8, res[1]
+        assert w.run(W.meta_words, 8)[1]["send"] == (W.HI, W.HI - 1)     # still healthy

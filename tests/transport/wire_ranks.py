@@ -87,6 +87,20 @@ def wait_for_silent(comm, culprit, timeout, stamp_path, delay):
     return None
 
 
+def drive_holding_lock_then_answer(comm, hold_s):
+    """Rank 1 drives its engine for hold_s without letting go of the engine lock
+    (as a waiter driving a long TCP receive nearly does), then answers rank 0,
+    which waits for it all along; returns rank 1's liveness_info."""
+    if comm.rank == 1:
+        comm._engine._drive_holding_lock(hold_s)
+        comm.send(bytearray(8), 0, LIVE_TAG, timeout=30)
+        return comm._engine.liveness_info()
+    if comm.rank == 0:
+        st = comm.recv(bytearray(8), 1, LIVE_TAG, timeout=hold_s + 60)
+        return st.source
+    return None
+
+
 def compute_then_answer(comm, busy_s, sleep_s):
     """Rank 1 holds the GIL in a tight loop for busy_s, then sleeps in Python for
     sleep_s, then answers rank 0, which waits for it all along."""
