@@ -138,8 +138,12 @@ def _measure_kind(ops, spec, kind, algos, sizes):
     for nbytes in sizes:
         out, buf = _buffers(kind, nbytes, ops.size)
         iters = {}
+        chose = None
         for algo in algos:
+            before = ops.choices(kind) if algo == "auto" and hasattr(ops, "choices") else None
             _check(ops, kind, algo, out, buf)
+            if before is not None:
+                chose = _new_choice(before, ops.choices(kind))
             ops.barrier()
             t0 = time.perf_counter()
             for _ in range(2):
@@ -176,6 +180,8 @@ def _measure_kind(ops, spec, kind, algos, sizes):
             ts.sort()
             row = {"bytes": nbytes, "algo": algo, "time_s": ts[len(ts) // 2],
                    "iters": iters[algo] * slices}
+            if algo == "auto" and chose:
+                row["chose"] = chose
             calls = iters[algo] * slices
             if counts:
                 row["counts"] = {name: ops.agree(v / calls) for name, v in
@@ -187,6 +193,13 @@ def _measure_kind(ops, spec, kind, algos, sizes):
                                "rx": ops.agree(wired[algo][1] / calls)}
             out_rows.append(row)
     return out_rows
+
+
+def _new_choice(before, after):
+    """The algorithm the cost model chose for the call just made: the one entry
+    its memo gained (None: none, or several)."""
+    new = [a for size, a in after.items() if size not in before]
+    return new[0] if len(new) == 1 else None
 
 
 def _timed_fresh(ops, kind, algo, out, buf, n, t0):
@@ -219,6 +232,13 @@ class CommrtOps:
         self.C, self.comm = C, comm
         self.rank, self.size = comm.rank, comm.size
         self._x = np.zeros(1, np.float64)
+
+    def choices(self, kind):
+        """{reference bytes: algorithm} the cost model has chosen for kind so far on
+        this communicator (cost.choose's memo)."""
+        from commrt.collectives.state import state_of
+
+        return dict(state_of(self.comm).cache.get(("choice", kind)) or {})
 
     def run(self, kind, algo, out, buf):
         C, comm = self.C, self.comm

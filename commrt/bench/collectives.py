@@ -15,8 +15,12 @@ factor: all_reduce 2(N-1)/N; broadcast and reduce 1; all_gather, gather,
 reduce_scatter, scatter and all_to_all (N-1)/N; a barrier only has a time.
 ``vs MPI`` is the better OpenMPI configuration's median time over commrt's
 (auto), ``vs Gloo`` Gloo's over commrt's: above 1.00 commrt is faster.
-``--algos all`` adds every fixed algorithm and ``auto/best`` (the automatic
-choice's time over the best fixed one's).  ``--json`` is rewritten after
+``--algos all`` adds every fixed algorithm and ``auto/best``: the time of the
+algorithm the automatic choice took, in its own column, over the best fixed
+one's, with its name (auto and its namesake run the same plan; measured
+apart, two loops of one 8-byte plan at N = 4 differ by up to 2x from slice
+to slice, more than the choices do; the auto column's own time where the
+choice is not known, as when COMMRT_<COLLECTIVE>_ALGO forces it).  ``--json`` is rewritten after
 every launch, so a run cut short keeps its samples.  ``--plot-dir`` writes
 ``collectives-<kind>.png`` (busbw, or time for the barrier, against size, a
 line per system, a panel per N); ``--markdown`` the tables as Markdown
@@ -72,9 +76,11 @@ def every_algorithm(kind):
     return names + ["auto"]
 
 
-def collect(args, log, counts=None):
+def collect(args, log, counts=None, choices=None):
     """{n: {kind: {(backend, algo): {bytes: [times]}}}}; with a dict as counts (and
-    --counts), it gets the same shape with a COUNTS dict per round for each time."""
+    --counts), it gets the same shape with a COUNTS dict per round for each time;
+    with a dict as choices, {n: {kind: {bytes: [the algorithm auto chose, per
+    round]}}}."""
     data = {}
     for n in args.nranks:
         per = data.setdefault(n, {k: {} for k in args.kinds})
@@ -108,19 +114,28 @@ def collect(args, log, counts=None):
                     key = (name, row["algo"])
                     per[row["kind"]].setdefault(key, {}).setdefault(row["bytes"], []).append(
                         row["time_s"])
+                    if choices is not None and row.get("chose"):
+                        choices.setdefault(n, {}).setdefault(row["kind"], {}).setdefault(
+                            row["bytes"], []).append(row["chose"])
                     if counts is not None and "counts" in row:
                         counts.setdefault(n, {}).setdefault(row["kind"], {}).setdefault(
                             key, {}).setdefault(row["bytes"], []).append(row["counts"])
                 if args.json:               # a run cut short still leaves its samples
-                    write_json(args.json, data)
+                    write_json(args.json, data, choices)
     return data
 
 
-def write_json(path, data):
+def write_json(path, data, choices=None):
+    """{N: {kind: {"backend/algo": {bytes: [times]}, "chose/auto": {bytes: [the
+    algorithm auto chose, per round]}}}}."""
+    out = {str(n): {k: {f"{b}/{a}": v for (b, a), v in per.items()}
+                    for k, per in by_kind.items()}
+           for n, by_kind in data.items()}
+    for n, by_kind in (choices or {}).items():
+        for k, by_size in by_kind.items():
+            out[str(n)][k]["chose/auto"] = by_size
     with open(path, "w") as f:
-        json.dump({str(n): {k: {f"{b}/{a}": v for (b, a), v in per.items()}
-                            for k, per in by_kind.items()}
-                   for n, by_kind in data.items()}, f, indent=1)
+        json.dump(out, f, indent=1)
 
 
 def _median(per, key, size):
@@ -137,8 +152,26 @@ def _ratio(a, b):
     return "n/a" if a is None or b is None or not b else f"{a / b:.2f}"
 
 
-def kind_tables(args, kind, n, per):
-    """(time rows, busbw rows, headers) of one collective at one N."""
+def _auto_best(med, fixed, chose, mine):
+    """auto/best: the time of the algorithm the automatic choice took (its own
+    column, measured beside the others: "auto" and its namesake run the same
+    plan, and at a few µs two measurements of it differ by more than the
+    choices do), over the best fixed algorithm's, with the name it chose; the
+    measured auto column's where the choice is not known."""
+    best = [med[k].median for k in fixed if med[k].median]
+    if not best:
+        return "n/a"
+    names = [k[1] for k in fixed]
+    pick = max(set(chose), key=chose.count) if chose else (names[0] if len(names) == 1
+                                                          else None)
+    if pick in names and med[("commrt", pick)].median:
+        return f"{med[('commrt', pick)].median / min(best):.2f} {pick}"
+    return _ratio(mine, min(best))
+
+
+def kind_tables(args, kind, n, per, chose=None):
+    """(time rows, busbw rows, headers) of one collective at one N; chose: {bytes:
+    [the algorithm auto chose, per round]} (collect's choices)."""
     keys = sorted(per, key=lambda k: (k[0] != "commrt", k[0], k[1] == "auto", k[1]))
     names = [k[1] if k[0] == "commrt" else k[0] for k in keys]
     fixed = [k for k in keys if k[0] == "commrt" and k[1] != "auto"]
@@ -152,8 +185,7 @@ def kind_tables(args, kind, n, per):
         extra = [_ratio(_mpi_best(per, size), mine), _ratio(_median(per, ("gloo", "default"),
                                                                     size), mine)]
         if fixed:
-            best = [med[k].median for k in fixed if med[k].median]
-            extra.append(_ratio(mine, min(best)) if best else "n/a")
+            extra.append(_auto_best(med, fixed, (chose or {}).get(size, []), mine))
         rows_t.append([fmt_size(size)] + [m.cell() if m.median is None else
                                           Summary([t * 1e6 for t in per[k][size]]).cell()
                                           for k, m in med.items()] + extra)
@@ -164,14 +196,15 @@ def kind_tables(args, kind, n, per):
     return rows_t, rows_b, names, ["vs MPI", "vs Gloo"] + (["auto/best"] if fixed else [])
 
 
-def report(args, data, markdown=False):
+def report(args, data, markdown=False, choices=None):
     out = []
     for kind in args.kinds:
         for n, by_kind in data.items():
             per = by_kind[kind]
             if not per:
                 continue
-            rows_t, rows_b, names, extra = kind_tables(args, kind, n, per)
+            rows_t, rows_b, names, extra = kind_tables(
+                args, kind, n, per, (choices or {}).get(n, {}).get(kind))
             head = ["size"] + names + extra
             title = (f"{kind}, N = {n}, {args.transport}: µs per call, median [min-max] of "
                      f"{args.rounds} rounds")
@@ -322,16 +355,17 @@ def main(argv, kinds=None):
         print(msg, file=sys.stderr, flush=True)
 
     counts = {} if args.counts else None
+    choices = {}
     with busy_loops(args.busy):
-        data = collect(args, log, counts)
+        data = collect(args, log, counts, choices)
     if args.busy:
         print(f"(under outside load: {args.busy} busy-looping process(es) beside every job)")
-    print(report(args, data))
+    print(report(args, data, choices=choices))
     if counts:
         print(report_counts(args, counts))
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(report(args, data, markdown=True).lstrip() + "\n")
+            f.write(report(args, data, markdown=True, choices=choices).lstrip() + "\n")
             if counts:
                 f.write(report_counts(args, counts, markdown=True) + "\n")
         print(f"\nmarkdown: {args.markdown}")
@@ -339,5 +373,5 @@ def main(argv, kinds=None):
         for path in plot(args, data, args.plot_dir):
             print(f"plot: {path}")
     if args.json:
-        write_json(args.json, data)
+        write_json(args.json, data, choices)
     return 0

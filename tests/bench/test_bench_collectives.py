@@ -20,6 +20,23 @@ def test_every_collective_runs_checked_in_one_launch():
 
 
 @pytest.mark.timeout(300)
+def test_auto_rows_name_the_algorithm_the_cost_model_chose():
+    from commrt.collectives import ALGORITHMS
+
+    spec = {"kinds": ["all_gather", "reduce", "gather"], "sizes": [8, 65536],
+            "target_s": 0.001, "slices": 1,
+            "algos": {"all_gather": ["direct", "auto"], "reduce": ["auto"], "gather": ["auto"]}}
+    res = _peers.run_commrt(3, spec, "shm", 120)
+    auto = {(row["kind"], row["bytes"]): row.get("chose") for row in res["rows"]
+            if row["algo"] == "auto"}
+    for kind in ("all_gather", "reduce"):
+        for size in (8, 65536):
+            assert auto[(kind, size)] in ALGORITHMS[kind], (kind, size, auto)
+    # one algorithm: nothing is chosen (cost.choose keeps no memo)
+    assert auto[("gather", 8)] is None
+
+
+@pytest.mark.timeout(300)
 def test_fresh_inputs_run_checked_in_one_launch():
     spec = {"kinds": ["all_to_all", "barrier", "all_reduce"], "sizes": [4096],
             "target_s": 0.001, "slices": 1, "fresh": True,
@@ -69,6 +86,22 @@ def test_report_ratios_take_the_better_openmpi():
     assert "barrier, N = 2" in text and "busbw" not in text.split("barrier, N = 2")[1]
     md = collectives.report(args, data, markdown=True)
     assert "| size | auto | gloo | ompi | ompi-nocma | vs MPI | vs Gloo |" in md
+
+
+def test_auto_best_takes_the_chosen_algorithms_own_column():
+    args = types.SimpleNamespace(kinds=["reduce"], sizes=[8, 64], rounds=3, transport="shm")
+    data = {4: {"reduce": {("commrt", "binomial"): {8: [1e-6] * 3, 64: [2e-6] * 3},
+                           ("commrt", "ring"): {8: [4e-6] * 3, 64: [1e-6] * 3},
+                           ("commrt", "auto"): {8: [2e-6] * 3, 64: [2e-6] * 3}}}}
+    choices = {4: {"reduce": {8: ["binomial"] * 3, 64: ["binomial", "binomial", "ring"]}}}
+    times = collectives.report(args, data, choices=choices).split("busbw")[0]
+    row = {ln.split()[0] + ln.split()[1]: ln.split() for ln in times.splitlines()
+           if ln[:1].isdigit()}
+    assert row["8B"][-2:] == ["1.00", "binomial"]      # not the auto column's 2.00
+    assert row["64B"][-2:] == ["2.00", "binomial"]     # the rounds' most common choice
+    # not known: the auto column's own time
+    no_choice = collectives.report(args, data).split("busbw")[0].splitlines()
+    assert [ln.split()[-1] for ln in no_choice if ln.startswith("8 B")] == ["2.00"]
 
 
 def test_busbw_factors_are_nccl_tests():
