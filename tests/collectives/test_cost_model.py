@@ -342,6 +342,28 @@ def test_a_planned_segment_that_waits_on_a_neighbour_keeps_its_context_switch():
         assert registry.module(kind, "ring").SEGMENT_WAITS
 
 
+def test_the_direct_all_gathers_further_eager_messages_cost_half_a_step():
+    """Each message of direct's one step after its first: half a step where its
+    block goes eagerly (their waits overlap), a whole α where it does not (each
+    its own handshake).  Measured on 2 cores, planned: direct beat the ring at
+    N = 3 and Bruck at N = 4 by 8-17% at 8 B - 16 KiB blocks, lost to the
+    ring at 1 MiB at N = 3 and 4, and to Bruck at N = 8 (2026-12-05)."""
+    direct = registry.module("all_gather", "direct")
+    limit = config.get("COMMRT_EAGER_LIMIT")
+    for n in (3, 4, 8):
+        p = cost.Params(alpha=3e-6, beta=6e-11, gamma=3.5e-11, mu=3e-11, alpha_busy=7e-6,
+                        alpha_plan=2.8e-6, local=n, cores=2, segment=256 << 10)
+        q = dataclasses.replace(p, alpha=2.8e-6, alpha_busy=2.8e-6)   # planned
+        assert direct.further(q, n, limit) == pytest.approx(q.step(n) / 2)
+        assert direct.further(q, n, limit + 1) == q.alpha
+        world = _World(n)
+        pick = {k: cost.cheapest(cost.predict("all_gather", world, k, p))
+                for k in (8 * n, 1024 * n, 1 << 20)}
+        assert pick[8 * n] == pick[1024 * n] == ("direct" if n < 8 else "bruck"), pick
+        if n < 8:
+            assert pick[1 << 20] == "ring", pick
+
+
 def test_hierarchical_pays_for_its_three_calls_and_two_hand_offs():
     """Hierarchical runs three calls on the general path (c_gen beyond the one the
     model charges every unplanned algorithm) and twice wakes ranks that waited

@@ -9,8 +9,18 @@ shared memory its receiver reads each block with process_vm_readv (copier
 EXCHANGE: at any size beyond the eager limit where ranks share cores),
 without its sender being scheduled (N = 4 on 2 cores, 1 MiB of freshly
 written blocks: 385 -> 335 us).
-Cost: α_busy + (N-2)·α + (N-1)/N·K·β.  Bytes sent per rank: (N-1)·|block|.
+Cost: α_busy + (N-2)·α' + (N-1)/N·K·β, α' the cost of each message after
+the step's first: half a step where blocks go eagerly (COMMRT_EAGER_LIMIT),
+their waits overlapping the first's, else a whole α (each its own RTS, read
+and FIN, one after another).  Measured at 8 B - 1 KiB blocks on 2 cores,
+planned: a step (the ring's per step) 1.3 µs at N = 3, 1.8 at N = 4, 5 at
+N = 8; each further message of direct's one step 0.8, 1.0 and 2.0 µs.  With
+a whole α for every message the model took the ring at N = 3, 17% slower
+than direct, and Bruck at N = 4, 8-10% slower; with half a step for large
+blocks too, direct at 1 MiB at N = 3 and 4, 12-15% slower than the ring.
+Bytes sent per rank: (N-1)·|block|.
 """
+from commrt import config
 from commrt.collectives.registry import Msg
 from commrt.comm import Channel
 
@@ -20,7 +30,14 @@ TIE = 2
 def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
-    return p.step(n) + (n - 2) * p.alpha + (n - 1) * nbytes / n * p.beta * p.rho(n)
+    return p.step(n) + (n - 2) * further(p, n, nbytes / n) + (n - 1) * nbytes / n * p.beta * p.rho(n)
+
+
+def further(p, n, block):
+    """α' of each message of a step after its first (see the module's text)."""
+    if block <= config.get("COMMRT_EAGER_LIMIT"):
+        return p.step(n) / 2
+    return p.alpha
 
 
 def schedule(n, rank, count, root=0):

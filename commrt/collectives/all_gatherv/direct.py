@@ -3,10 +3,13 @@
 Copy one's block into out; receive every other rank's block straight into
 its place in out and send one's own block to every other rank, all at once
 (to r+k, from r-k, k = 1 .. N-1).
-Cost: α_busy + (N-2)·α + (K - |own block|)·β (K = bytes of out).
+Cost: α_busy + (N-2)·α' + (K - |own block|)·β (K = bytes of out), α' each
+message after the step's first (all_gather/direct.py's ``further``, the
+mean block's size).
 Bytes sent per rank: (N-1)·|own block|.
 """
 from commrt.collectives.chunking import offsets
+from commrt.collectives.all_gather.direct import further
 from commrt.collectives.registry import Msg
 
 TIE = 0
@@ -15,7 +18,7 @@ TIE = 0
 def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
-    return p.step(n) + (n - 2) * p.alpha + (n - 1) * nbytes / n * p.beta * p.rho(n)
+    return p.step(n) + (n - 2) * further(p, n, nbytes / n) + (n - 1) * nbytes / n * p.beta * p.rho(n)
 
 
 def schedule(n, rank, counts, root=0):
