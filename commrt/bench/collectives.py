@@ -20,8 +20,9 @@ algorithm the automatic choice took, in its own column, over the best fixed
 one's, with its name (auto and its namesake run the same plan; measured
 apart, two loops of one 8-byte plan at N = 4 differ by up to 2x from slice
 to slice, more than the choices do; the auto column's own time where the
-choice is not known, as when COMMRT_<COLLECTIVE>_ALGO forces it).  ``--json`` is rewritten after
-every launch, so a run cut short keeps its samples.  ``--plot-dir`` writes
+choice is not known, as when COMMRT_<COLLECTIVE>_ALGO forces it).
+``--json`` is rewritten after every launch, so a run cut short keeps its
+samples.  ``--plot-dir`` writes
 ``collectives-<kind>.png`` (busbw, or time for the barrier, against size, a
 line per system, a panel per N); ``--markdown`` the tables as Markdown
 (docs/performance-collectives.md).  ``--counts`` adds a table of what a

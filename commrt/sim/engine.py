@@ -483,8 +483,8 @@ def _full(topo, steps, itemsize):
 
     def message(src, dst, nbytes, t, post=None, alone=False):
         """(arrival, sent at, same node, alone) of a send at t (alone: its sender's
-        core helps move it, on_cpu); a rendezvous message moves only once its receive is posted (post;
-        None: not yet: arrival None)."""
+        core helps move it, on_cpu); a rendezvous message moves only once its
+        receive is posted (post; None: not yet: arrival None)."""
         local = topo.node(src) == topo.node(dst)
         if awaited(nbytes) and not local:
             if post is None:

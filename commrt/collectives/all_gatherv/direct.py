@@ -18,7 +18,8 @@ TIE = 0
 def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
-    return p.step(n) + (n - 2) * further(p, n, nbytes / n) + (n - 1) * nbytes / n * p.beta * p.rho(n)
+    return (p.step(n) + (n - 2) * further(p, n, nbytes / n)
+            + (n - 1) * nbytes / n * p.beta * p.rho(n))
 
 
 def schedule(n, rank, counts, root=0):
