@@ -23,6 +23,14 @@
 cdef enum:
     RXBUF_BYTES = 262144
     HDR_BYTES = 64
+    # The most one tcp_rx pass reads while the socket stays full.  Its caller
+    # holds the engine lock: a stream of DATA frames that its sender keeps the
+    # socket full of never drains it, so the pass read on for the whole message
+    # (a 2 GiB message into freshly allocated pages, at ~70 MB/s, held the lock
+    # for its 30 s) and the rank sent no heartbeat, its beat thread locked out
+    # and no progress() pass to pay the beats it owed: its sender found it
+    # silent.  Epoll is level-triggered here, so what is left is reported again.
+    RX_PASS_BYTES = 4194304
 
 
 cdef inline uint64_t tcp_tag(peer_t *p) noexcept nogil:
@@ -217,18 +225,21 @@ cdef void tcp_end(eng_t *E, peer_t *p) noexcept nogil:
 
 cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
     p.in_rx = True              # (tcp_flush must not re-enter us from a handler's reply)
-    tcp_rx_loop(E, p, False)    # drained: a short read emptied the socket (epoll says more)
+    tcp_rx_loop(E, p, False, True)  # drained: a short read emptied the socket (epoll says more)
     if p.tx_broken and p.lost == 0:
-        tcp_rx_loop(E, p, False)    # a write failed meanwhile: read to the end of the stream
+        tcp_rx_loop(E, p, False, False)     # a write failed meanwhile: read to the end of the stream
         peer_lost(E, p, E_PEER_LOST, b"connection reset while sending")
     p.in_rx = False
 
 
-cdef void tcp_rx_loop(eng_t *E, peer_t *p, bint drained) noexcept nogil:
+cdef void tcp_rx_loop(eng_t *E, peer_t *p, bint drained, bint bounded) noexcept nogil:
+    """Read and handle what the socket holds; bounded: at most about RX_PASS_BYTES
+    while it stays full."""
     cdef ssize_t n
     cdef size_t have
     cdef size_t room
     cdef uint64_t take
+    cdef uint64_t taken = 0     # bytes this pass read from the socket (RX_PASS_BYTES)
     while p.lost == 0 and not p.bye_seen:
         have = p.rx_end - p.rx_pos
         if p.rx_stage == 0:
@@ -257,11 +268,12 @@ cdef void tcp_rx_loop(eng_t *E, peer_t *p, bint drained) noexcept nogil:
                     continue
             if p.rx_dst != NULL and p.rx_hook == NULL and p.rx_left >= RXBUF_BYTES // 2:
                 # large payload: read straight into its destination
-                if drained:
+                if drained or (bounded and taken >= RX_PASS_BYTES):
                     return
                 n = recv(p.fd, p.rx_dst, p.rx_left, MSG_DONTWAIT)
                 if n > 0:
                     p.rx_raw += <uint64_t>n
+                    taken += <uint64_t>n
                     drained = <uint64_t>n < p.rx_left
                     p.rx_dst += n
                     p.rx_left -= <uint64_t>n
@@ -272,8 +284,10 @@ cdef void tcp_rx_loop(eng_t *E, peer_t *p, bint drained) noexcept nogil:
                     return
                 continue
         # refill the staging buffer (unless the last read already emptied the
-        # socket: a recv that only says EAGAIN costs as much as a message)
-        if drained:
+        # socket: a recv that only says EAGAIN costs as much as a message; or
+        # this pass has read its share of a socket that stays full: no complete
+        # frame is left in the staging buffer here, and epoll reports the rest)
+        if drained or (bounded and taken >= RX_PASS_BYTES):
             return
         if p.rx_pos == p.rx_end:
             p.rx_pos = 0
@@ -286,6 +300,7 @@ cdef void tcp_rx_loop(eng_t *E, peer_t *p, bint drained) noexcept nogil:
         n = recv(p.fd, p.rxbuf + p.rx_end, room, MSG_DONTWAIT)
         if n > 0:
             p.rx_raw += <uint64_t>n
+            taken += <uint64_t>n
             p.rx_end += <size_t>n
             drained = <size_t>n < room
             continue
