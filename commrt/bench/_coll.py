@@ -234,11 +234,10 @@ class CommrtOps:
         self._x = np.zeros(1, np.float64)
 
     def choices(self, kind):
-        """{reference bytes: algorithm} the cost model has chosen for kind so far on
-        this communicator (cost.choose's memo)."""
-        from commrt.collectives.state import state_of
+        """{reference bytes: algorithm} the cost model has chosen for kind so far."""
+        from commrt.collectives import cost
 
-        return dict(state_of(self.comm).cache.get(("choice", kind)) or {})
+        return cost.choices(kind, self.comm)
 
     def run(self, kind, algo, out, buf):
         C, comm = self.C, self.comm

@@ -589,6 +589,14 @@ def choose(collective, comm, nbytes, timeout=None):
     return algo
 
 
+def choices(collective, comm):
+    """{reference bytes: algorithm} that choose() has picked for collective on comm
+    so far (a copy of its memo)."""
+    from commrt.collectives.state import state_of
+
+    return dict(state_of(comm).cache.get(("choice", collective)) or {})
+
+
 def choose_allreduce(comm, nbytes):
     return choose("all_reduce", comm, nbytes)
 

@@ -399,7 +399,7 @@ def _full(topo, steps, itemsize):
         streamed = local and combine == STREAMED
         # alone, or streamed (the sender's core copies it, by its copier): β of one
         # message moved by both cores, where each rank has its own (b1)
-        beta = topo.b1 if alone or (streamed and not topo.oversubscribed) else topo.b
+        beta = topo.b1 if (alone or streamed) and not topo.oversubscribed else topo.b
         if streamed:
             # the sender's core streams it through the pair's ring while the
             # receiver's combines it as it lands: the receiver's work is the
@@ -504,10 +504,9 @@ def _full(topo, steps, itemsize):
         index[r] += 1
         recvs = [m for m in msgs if m[0] != "send"]
         left[r] = started = len(recvs)
-        # a message whose sender's step only sends, its last, where ranks have a
-        # core each: the sender's core, idle until it is taken, moves it too
-        alone = (not started and index[r] == len(steps[r]) and bool(topo.oneway_at)
-                 and not topo.oversubscribed)
+        # a message whose sender's step only sends, its last: the sender's core,
+        # idle until it is taken, moves it too (on_cpu)
+        alone = not started and index[r] == len(steps[r])
         done_at[r] = t
         for m in msgs:
             op, peer, lo, hi = m[:4]

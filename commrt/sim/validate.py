@@ -14,10 +14,12 @@ size (two ranks exchanging alone), where N ranks outnumber the cores the
 shift exchange (every rank at once sendrecv with rank ± d; fitted back
 through the engine into α per size, ``shift``, which is a wait for a core,
 ``wait``; the same exchanges run as one exchange chain give the prepared
-plans' α per size, ``chain``: their steps wait as a chain's do), the general path's own work per call (timed on a one-rank
-communicator, where no message moves: ``call``), γ_mem with the cores all
-combining (``gamma_busy``), the eager limit (``rendezvous``), and a one-way
-β curve with the memory two copies share (``bus``, measured, not used by
+plans' α per size, ``chain``: their steps wait as a chain's do), the
+general path's own work per call (timed on a one-rank communicator, where
+no message moves: ``call``), γ_mem with the cores all combining
+(``gamma_busy``), the eager limit (``rendezvous``), the one-way β of a
+message its idle sender's core helps move (``oneway``), and a one-way β
+curve with the memory two copies share (``bus``, measured, not used by
 default).  The all-reduces are then measured with the collective
 benchmarks' loop (``bench allreduce``'s ``run_commrt``) and simulated from
 the algorithms' schedules, one node of N ranks.  No fit ever sees a
@@ -526,9 +528,9 @@ def replay(files, terms=None):
                     n = hosts * local
                 else:
                     n, local = int(first), int(first)
-                    topo = topology(n, p, DEFAULT_TERMS if terms is None else terms)
-                chain_at = () if hosts else plan_alpha_at(
-                    topo, p, DEFAULT_TERMS if terms is None else terms)
+                    one_host = DEFAULT_TERMS if terms is None else terms
+                    topo = topology(n, p, one_host)
+                chain_at = () if hosts else plan_alpha_at(topo, p, one_host)
                 out["measured"].append(m)
                 # (α_plan, a round of the barrier's plan, is a one-host figure: across
                 # hosts it is a network round, and run_hosts leaves it out too)

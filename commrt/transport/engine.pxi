@@ -1103,11 +1103,9 @@ cdef void *beat_main(void *arg) noexcept nogil:
     lock-free beats go on regardless, so such a rank is never found silent.  A
     round that cannot have the lock within half a beat leaves its TCP beats and
     silence checks owed (beat_owed), and the holder's next progress() pass pays
-    them: a waiter that drives a TCP receive of gigabytes takes and drops the
-    lock thousands of times a second, and the mutex is not fair, so on a loaded
-    host this thread could miss it for the whole liveness timeout, and the
-    sender, which hears only beats from a rank that only receives, found it
-    silent (a 2 GiB receive over TCP, 2026-12-05)."""
+    them: a waiter that keeps the lock busy (the mutex is not fair) still beats
+    to a peer that hears only beats from it.  Passes end often enough for that:
+    a TCP read pass takes at most RX_PASS_BYTES (tcp.pxi)."""
     cdef eng_t *E = <eng_t *>arg
     cdef int64_t t
     cdef timespec until

@@ -225,9 +225,9 @@ cdef void tcp_end(eng_t *E, peer_t *p) noexcept nogil:
 
 cdef void tcp_rx(eng_t *E, peer_t *p) noexcept nogil:
     p.in_rx = True              # (tcp_flush must not re-enter us from a handler's reply)
-    tcp_rx_loop(E, p, False, True)  # drained: a short read emptied the socket (epoll says more)
+    tcp_rx_loop(E, p, False, True)  # at most RX_PASS_BYTES while the socket stays full
     if p.tx_broken and p.lost == 0:
-        tcp_rx_loop(E, p, False, False)     # a write failed meanwhile: read to the end of the stream
+        tcp_rx_loop(E, p, False, False)     # a write failed meanwhile: read to the stream's end
         peer_lost(E, p, E_PEER_LOST, b"connection reset while sending")
     p.in_rx = False
 
