@@ -45,6 +45,7 @@ The fingerprint's codec is fingerprint.py, the per-communicator state and
 the async worker state.py, the chunking helpers chunking.py.
 """
 import array
+import math
 import time
 
 from commrt import _lazy
@@ -57,6 +58,10 @@ from commrt.errors import (AbortedError, CollectiveMismatchError, CommError, Com
                            ConcurrentCollectiveError, FailureCode, MessageTruncatedError,
                            PeerLostError)
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
+
+# how often a step on a context of its own looks for an abort of the user's call
+# (Call._wait_req): an abort reaches the other steps' ranks within this
+OUTER_CHECK_S = 0.05
 
 
 # -- one call ------------------------------------------------------------------------
@@ -292,7 +297,13 @@ class Call:
 
     # waiting -------------------------------------------------------------------------
     def _wait_req(self, req, peer):
-        probe_at = time.monotonic() + self.probe_s
+        now = time.monotonic()
+        probe_at = now + self.probe_s
+        # a step on a context of its own (dbtree's trees, hierarchical's groups):
+        # an abort of the user's call fails none of its requests, so it looks for
+        # one after its first slice (a progress pass: an abort that came before
+        # the call) and every OUTER_CHECK_S after that
+        look_at = now if self.outer is not None else math.inf
         while True:
             now = time.monotonic()
             left = self.deadline - now
@@ -300,12 +311,22 @@ class Call:
                 raise CommTimeoutError(self.name, peer, TAG, self.timeout,
                                        detail=f"rank {self.rank} of {self.size}")
             try:
-                return req.wait(min(left, max(probe_at - now, 0.001)), self.spin)
+                return req.wait(min(left, max(min(probe_at, look_at) - now, 0.001)), self.spin)
             except CommTimeoutError:
-                pass
+                if req.done:
+                    # done as the slice ran out, or failed: by the abort of another
+                    # rank's timeout, which makes this same class (then the call
+                    # fails now, not at the next probe)
+                    return self._finished(req, peer)
             except CommError as exc:
                 self._failed(exc, peer)
-            if time.monotonic() >= probe_at:
+            now = time.monotonic()
+            if now >= look_at:
+                first = self.outer._aborted()
+                if first is not None:
+                    raise first
+                look_at = now + OUTER_CHECK_S
+            if now >= probe_at:
                 # aborted meanwhile (another rank failed) while this request was
                 # already matched, so the abort did not fail it: stop waiting
                 first = self._aborted()
@@ -313,6 +334,13 @@ class Call:
                     raise first
                 self._probe(peer)
                 probe_at = time.monotonic() + min(self.probe_s, 0.5)
+
+    def _finished(self, req, peer):
+        """The status of a request that is done, or its own failure raised."""
+        try:
+            return req.wait(0)
+        except CommError as exc:
+            self._failed(exc, peer)
 
     def _aborted(self):
         """The abort of this call's context or of an outer call's, or None."""

@@ -533,7 +533,7 @@ def _collective(sub, kind, algo, x, timeout):
 
 def each_algorithm_times_out(comm, cases, nbytes):
     """For each (collective, algorithm) in cases, on a fresh group of every rank:
-    rank 0's call times out (0.2 s); the others call 0.6 s later with a 30 s
+    rank 0's call times out (0.2 s); the others call 0.45 s later with a 30 s
     deadline and must fail at once with the same error.  Returns, per case,
     this rank's error (as _catch gives it)."""
     import commrt.collectives as C
@@ -546,7 +546,7 @@ def each_algorithm_times_out(comm, cases, nbytes):
         if comm.rank == 0:
             r = _catch(lambda: _collective(sub, kind, algo, x, 0.2))
         else:
-            time.sleep(0.6)
+            time.sleep(0.45)
             r = _catch(lambda: _collective(sub, kind, algo, x, 30))
         out.append(r)
     return out
