@@ -1,6 +1,7 @@
 """Prepared plans for broadcast, reduce, gather, scatter, all-gather,
 reduce-scatter, all-to-all, their variable-size forms (all_gatherv,
-gatherv, scatterv, all_to_allv) and the ring's, reduce_bcast's and ps's all-reduce,
+gatherv, scatterv, all_to_allv), the ring reduce-scatter and the ring's,
+reduce_bcast's and ps's all-reduce,
 built from the chosen algorithm's own ``schedule`` (recursive doubling's and
 Rabenseifner's on power-of-two worlds, and the barrier's, are in _small.py).
 
@@ -34,7 +35,7 @@ The chain waits for a step's sends before its next step, where the general
 path waits at the end of the call: the same messages, but a send that had
 to wait for its receiver's later step could deadlock.  Steps of these
 schedules are matched step for step or down a tree (the ring all-reduce's
-once regrouped: _all_reduce_ring), except the direct
+and reduce-scatter's once regrouped: _all_reduce_ring), except the direct
 reduce-scatter's (its sends go out in step 0, its receives are taken one
 peer after another), whose plan is therefore only made, beyond N = 2 (one
 peer: matched in step 0), for blocks small enough to be sent eagerly
@@ -218,6 +219,31 @@ def _reduce_scatter(n, r, sched, m, isz, root, hook):
     steps = [_msgs(s, isz, BUF, IN, hook) for s in sched]
     steps[0].insert(0, _copy(r, BUF, 0, IN, r * m * isz, m * isz))
     return steps, None
+
+
+def _reduce_scatter_ring(n, r, sched, m, isz, root, hook):
+    """The ring's partial blocks combined in scratch that starts as a copy of the
+    input (which stays unchanged), the last step's into the output, which
+    starts as our own block (the general path's "incoming partial first" is
+    the same sum: two operands, each combine a reduce-receive); the first
+    step's sends from the input; regrouped as the ring all-reduce's (step t:
+    the t-th send and the t-th receive, _paired).  A send after the first
+    step's forwards a segment combined at least a block's segments earlier,
+    so it is final when its step posts.  Scratch: the input's size."""
+    if not hook:
+        return None, None
+    first = sum(1 for msg in sched[0] if msg.op == "send")     # the first block's segments
+    msgs = [msg for s in sched for msg in s]
+    sends = [msg for msg in msgs if msg.op == "send"]
+    combines = [msg for msg in msgs if msg.op == "combine"]
+    last = len(combines) - first                               # from here: into the output
+    out = [(SEND, msg.peer, IN if i < first else TMP, msg.lo * isz, (msg.hi - msg.lo) * isz, 0)
+           for i, msg in enumerate(sends)]
+    out += [(RECV, msg.peer, BUF if i >= last else TMP, msg.lo * isz,
+             (msg.hi - msg.lo) * isz, hook) for i, msg in enumerate(combines)]
+    steps = _paired(out) or [[]]            # (empty blocks: the copies alone)
+    steps[0][:0] = [_copy(r, TMP, 0, IN, 0, n * m * isz), _copy(r, BUF, 0, IN, r * m * isz, m * isz)]
+    return steps, n * m * isz
 
 
 def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
@@ -438,6 +464,7 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("broadcast", "pipeline"): _br
            ("all_gather", "direct"): _all_gather_out, ("all_gather", "ring"): _all_gather_out,
            ("reduce_scatter", "direct"): _reduce_scatter_direct,
            ("reduce_scatter", "pairwise"): _reduce_scatter,
+           ("reduce_scatter", "ring"): _reduce_scatter_ring,
            ("all_to_all", "pairwise"): _all_to_all, ("reduce", "binomial"): _reduce_binomial,
            ("all_gatherv", "direct"): _all_gatherv, ("all_gatherv", "ring"): _all_gatherv,
            ("gatherv", "linear"): _gatherv, ("scatterv", "linear"): _scatterv,
@@ -450,7 +477,8 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("broadcast", "pipeline"): _br
 # The layouts that refuse some sizes, each with the predicate (n, nbytes of the
 # collective's reference size) that it and applies() both use
 LIMITS = {("reduce_scatter", "direct"): _eager_blocks, ("all_gather", "bruck"): _scratch_fits,
-          ("broadcast", "pipeline"): _pipeline_fits, ("reduce", "ring"): _scratch_fits}
+          ("broadcast", "pipeline"): _pipeline_fits, ("reduce", "ring"): _scratch_fits,
+          ("reduce_scatter", "ring"): _scratch_fits}
 
 
 def applies(collective, algo, n, nbytes):

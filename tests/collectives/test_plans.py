@@ -244,6 +244,50 @@ def test_ring_reduce_plan_keeps_every_dependency(n):
             _check_paired(n, orders, steps, (root, count, isz))
 
 
+@pytest.mark.parametrize("n", range(2, 10))
+def test_ring_reduce_scatter_plan_keeps_every_dependency(n):
+    """The out-of-place ring reduce-scatter's plan: the input copied into scratch
+    and our own block into the output, then the schedule's messages regrouped
+    as the ring all-reduce's, the first block's sends from the input, later
+    sends from scratch, the combines into scratch but the last block's, into
+    the output.  Checked as the ring all-reduce's, the three buffers' ranges
+    kept apart (shifted), so that only ranges of one buffer overlap."""
+    from commrt.collectives.reduce_scatter import ring
+
+    for count, isz in _ring_counts(n):
+        m = count // n
+        apart = {plans.BUF: 0, plans.IN: 2 * count * isz, plans.TMP: 4 * count * isz}
+        orders, steps = [], []
+        for r in range(n):
+            sched = ring.schedule(n, r, count, 0, itemsize=isz)
+            got, tmp = plans._reduce_scatter_ring(n, r, sched, m, isz, 0, 1)
+            assert tmp == n * m * isz
+            assert got[0][:2] == [plans._copy(r, plans.TMP, 0, plans.IN, 0, n * m * isz),
+                                  plans._copy(r, plans.BUF, 0, plans.IN, r * m * isz, m * isz)]
+            got = [got[0][2:]] + got[1:]
+            steps.append([[(k, p, w, off + apart[w], ln, h) for k, p, w, off, ln, h in step]
+                          for step in got if step])
+            msgs = [x for s in sched for x in s]
+            first = sum(x.op == "send" for x in sched[0])
+            sends = [x for x in msgs if x.op == "send"]
+            combines = [x for x in msgs if x.op == "combine"]
+            assert len(sends) == len(combines) == (n - 1) * first
+            order, nsend, ncomb = [], 0, 0
+            for x in msgs:      # the schedule's order, each message in its buffer
+                if x.op == "send":
+                    w = plans.IN if nsend < first else plans.TMP
+                    order.append((plans.SEND, x.peer, w, x.lo * isz + apart[w],
+                                  (x.hi - x.lo) * isz, 0))
+                    nsend += 1
+                else:
+                    w = plans.BUF if ncomb >= len(combines) - first else plans.TMP
+                    order.append((plans.RECV, x.peer, w, x.lo * isz + apart[w],
+                                  (x.hi - x.lo) * isz, 1))
+                    ncomb += 1
+            orders.append(order)
+        _check_paired(n, orders, steps, (count, isz))
+
+
 def _ring_counts(n):
     import random
 

@@ -13,7 +13,10 @@ Cost: (N-1)·(α + K/N·β + K/N·γ).  Bytes sent per rank: (N-1)·|block|.
 from commrt.collectives.reduce_scatter.direct import cost  # noqa: F401 (the registry's)
 from commrt.collectives.registry import Msg
 
-TIE = 2
+# before the ring at equal cost: planned both, the ring's steps wait on the
+# partial its left neighbour just combined, pairwise's on inputs (N = 3 and 4 on
+# 2 cores, 64 KiB - 1 MiB: the ring 1.12-1.27x slower; 2026-12-05)
+TIE = 1
 # cost: direct's (the same N-1 messages and combines); a plan at any size is
 # what sets the two apart, and the model charges that (plans.applies)
 

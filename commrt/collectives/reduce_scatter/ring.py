@@ -26,7 +26,7 @@ import collections
 from commrt.collectives.chunking import bounds, seg_elems, segments
 from commrt.collectives.registry import Msg
 
-TIE = 1
+TIE = 2   # after pairwise at equal cost (pairwise.py)
 
 # Receive slots in flight without a C loop: each incoming segment lands in one
 # of a few segment-sized buffers that stay in cache, is reduced from there and
