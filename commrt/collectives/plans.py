@@ -242,7 +242,8 @@ def _reduce_scatter_ring(n, r, sched, m, isz, root, hook):
     out += [(RECV, msg.peer, BUF if i >= last else TMP, msg.lo * isz,
              (msg.hi - msg.lo) * isz, hook) for i, msg in enumerate(combines)]
     steps = _paired(out) or [[]]            # (empty blocks: the copies alone)
-    steps[0][:0] = [_copy(r, TMP, 0, IN, 0, n * m * isz), _copy(r, BUF, 0, IN, r * m * isz, m * isz)]
+    steps[0][:0] = [_copy(r, TMP, 0, IN, 0, n * m * isz),
+                    _copy(r, BUF, 0, IN, r * m * isz, m * isz)]
     return steps, n * m * isz
 
 
