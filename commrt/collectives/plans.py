@@ -237,10 +237,9 @@ def _reduce_scatter_ring(n, r, sched, m, isz, root, hook):
     sends = [msg for msg in msgs if msg.op == "send"]
     combines = [msg for msg in msgs if msg.op == "combine"]
     last = len(combines) - first                               # from here: into the output
-    out = [(SEND, msg.peer, IN if i < first else TMP, msg.lo * isz, (msg.hi - msg.lo) * isz, 0)
-           for i, msg in enumerate(sends)]
-    out += [(RECV, msg.peer, BUF if i >= last else TMP, msg.lo * isz,
-             (msg.hi - msg.lo) * isz, hook) for i, msg in enumerate(combines)]
+    out = [*_msgs(sends[:first], isz, TMP, IN), *_msgs(sends[first:], isz, TMP, TMP),
+           *_msgs(combines[:last], isz, TMP, TMP, hook),
+           *_msgs(combines[last:], isz, BUF, TMP, hook)]
     steps = _paired(out) or [[]]            # (empty blocks: the copies alone)
     steps[0][:0] = [_copy(r, TMP, 0, IN, 0, n * m * isz),
                     _copy(r, BUF, 0, IN, r * m * isz, m * isz)]
