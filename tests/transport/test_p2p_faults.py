@@ -132,11 +132,12 @@ def test_strangers_and_garbage_are_refused_and_job_unaffected(caplog):
     server.close()
 
 
-# NumPy asks for transparent huge pages for large arrays; on this host faulting
-# those in ran at 50-100 MB/s for minutes at a time (a fresh 2 GiB array: 20-50 s,
-# against 1-2 s in small pages, alternated runs), which is the host's time, not
-# the transport's.  Small pages are not always fast either: in one whole-suite
-# run (2026-12-05) this test still took 39 s in them.
+# Fresh pages fault in slowly on this host at times: NumPy's transparent huge
+# pages for large arrays ran at 50-100 MB/s for minutes (a fresh 2 GiB array:
+# 20-50 s, against 1-2 s in small pages), and in one whole-suite run small pages
+# took 39 s too.  That is the host's time, not the transport's, so the receiver
+# asks for small pages and the sender repeats 64 MiB across its 2 GiB
+# (p2p_ranks.periodic_buffer): one fresh 2 GiB array per test, not two.
 SMALL_PAGES = {"NUMPY_MADVISE_HUGEPAGE": "0"}
 
 
