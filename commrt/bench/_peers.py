@@ -24,7 +24,10 @@ def has_module(mod):
 def run_commrt(n, spec, transport, timeout):
     from commrt.bench import _coll
 
-    return _launch.run_in_world(n, transport, _coll.commrt_entry, spec, timeout, timeout)[0]
+    # the ranks' own deadline comes first, so a stuck call reports where it waited
+    # (a CommTimeoutError naming the call and peer), not only that a rank hung
+    return _launch.run_in_world(n, transport, _coll.commrt_entry, spec, timeout,
+                                max(5.0, timeout * 0.8))[0]
 
 
 def run_mpi(n, mca, spec, timeout, label):

@@ -525,6 +525,11 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
     dtype = np.dtype(dtype)
     steps, tmp_nbytes = layout(n, r, _schedule(mod, n, r, sched_count, root, dtype.itemsize),
                                block, dtype.itemsize, root, hook)
+    if steps is not None and hasattr(mod, "copier"):
+        # the module says who copies its receives (binomial broadcast): as its run does
+        who = mod.copier(comm.channel, st.cache)
+        if who:
+            steps = _copied_by(who, steps)
     if steps is None or (tmp_nbytes or 0) > MAX_TMP_BYTES:
         if miss is None or len(miss) >= 4 * _small.MAX_PLANS:      # bounded
             miss = st.cache["no plan"] = set()

@@ -186,6 +186,26 @@ def traffic(comm, kind, n, root=0):
     return out, planned(comm, kind, n)
 
 
+def binomial_reads(comm, n, root):
+    """Header bytes this rank received from its parent in one planned and one
+    general binomial broadcast of n float32 (after a warm-up that prepares the
+    plan), whether the plan was taken, and the copier the algorithm chose."""
+    v = (comm.rank - root) % comm.size
+    parent = None if v == 0 else (comm.rank - (v & -v)) % comm.size
+    call(comm, "broadcast", 1, n, root=root, algorithm="binomial")
+    out = []
+    for general in (False, True):
+        C.barrier(comm)
+        s0 = comm.stats()
+        call(comm, "broadcast", 2 + general, n, root=root, general=general, algorithm="binomial")
+        s1 = comm.stats()
+        C.barrier(comm)
+        out.append(None if parent is None else
+                   s1[parent]["header_bytes_recv"] - s0[parent]["header_bytes_recv"])
+    copier = comm.state["collectives"].cache.get("binomial copier")
+    return out, planned(comm, "broadcast", n), copier
+
+
 def mismatch(comm, kind):
     """Warm the plan on a fresh group, then rank 1 makes a call of another count
     (each rank still on its plan or falling to the general path)."""
