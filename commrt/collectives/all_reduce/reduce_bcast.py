@@ -41,4 +41,5 @@ def run(call, buf, red):
         return
     reduce_binomial.reduce_to(call, buf, 0, red, acc=buf)
     call.wait_sends()  # our partial result left; the broadcast overwrites buf
-    bcast_binomial.run(call, buf, 0)
+    # the transport's copier, as this algorithm's plan (plans._all_reduce_reduce_bcast)
+    bcast_binomial.run(call, buf, 0, who=0)

@@ -72,15 +72,18 @@ def schedule(n, rank, count, root=0):
     return steps + ([sends] if sends else [])
 
 
-def run(call, buf, root):
+def run(call, buf, root, who=None):
+    """who: the receive's copier (None: ``copier``'s, as this algorithm's plan)."""
     n, r = call.size, call.rank
     if n == 1:
         return
     v = (r - root) % n
+    if who is None:
+        who = copier(call.chan, call.state.cache)
     mask = 1
     while mask < n:
         if v & mask:
-            call.recv(buf, (r - mask) % n, copier(call.chan, call.state.cache))
+            call.recv(buf, (r - mask) % n, who)
             break
         mask <<= 1
     mask >>= 1
