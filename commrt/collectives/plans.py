@@ -41,6 +41,8 @@ peer after another), whose plan is therefore only made, beyond N = 2 (one
 peer: matched in step 0), for blocks small enough to be sent eagerly
 (COMMRT_EAGER_LIMIT), which complete as posted.
 """
+import warnings
+
 from commrt import _lazy
 
 from commrt import config
@@ -523,22 +525,30 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
     if miss is not None and (key, algo) in miss:
         return
     dtype = np.dtype(dtype)
-    steps, tmp_nbytes = layout(n, r, _schedule(mod, n, r, sched_count, root, dtype.itemsize),
-                               block, dtype.itemsize, root, hook)
-    if steps is not None and hasattr(mod, "copier"):
-        # the module says who copies its receives (binomial broadcast): as its run does
-        who = mod.copier(comm.channel, st.cache)
-        if who:
-            steps = _copied_by(who, steps)
-    if steps is None or (tmp_nbytes or 0) > MAX_TMP_BYTES:
-        if miss is None or len(miss) >= 4 * _small.MAX_PLANS:      # bounded
-            miss = st.cache["no plan"] = set()
-        miss.add((key, algo))
-        return
-    tmp = None if tmp_nbytes is None else np.empty(tmp_nbytes, np.uint8)
-    avg = op is not None and op.name == "AVG"
-    _small._keep(st, key, SchedPlan(comm, st, kind, algo, count, dtype, op, root, steps, tmp,
-                                    max(nbytes, 0), max(in_nbytes, 0), avg))
+    try:
+        steps, tmp_nbytes = layout(n, r, _schedule(mod, n, r, sched_count, root, dtype.itemsize),
+                                   block, dtype.itemsize, root, hook)
+        if steps is not None and hasattr(mod, "copier"):
+            # the module says who copies its receives (binomial broadcast): as its run does
+            who = mod.copier(comm.channel, st.cache)
+            if who:
+                steps = _copied_by(who, steps)
+        if steps is not None and (tmp_nbytes or 0) <= MAX_TMP_BYTES:
+            tmp = None if tmp_nbytes is None else np.empty(tmp_nbytes, np.uint8)
+            avg = op is not None and op.name == "AVG"
+            _small._keep(st, key, SchedPlan(comm, st, kind, algo, count, dtype, op, root, steps,
+                                            tmp, max(nbytes, 0), max(in_nbytes, 0), avg))
+            return
+    except Exception as exc:
+        # a plan is a shortcut: failing to build one (a layout's bug, no memory for its
+        # scratch) must not fail the call on this rank alone while the others go on
+        # and wait for it; the general path sends the plans' messages, so this rank
+        # interoperates with the ranks that have one
+        warnings.warn(f"commrt: {kind} ({algo}) runs without a prepared plan on rank {r}: "
+                      f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+    if miss is None or len(miss) >= 4 * _small.MAX_PLANS:      # bounded
+        miss = st.cache["no plan"] = set()
+    miss.add((key, algo))
 
 
 def _schedule(mod, n, r, count, root, itemsize):

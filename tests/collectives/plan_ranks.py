@@ -206,6 +206,26 @@ def binomial_reads(comm, n, root):
     return out, planned(comm, "broadcast", n), copier
 
 
+def broken_layout(comm, n, bad_rank):
+    """Rank bad_rank's binomial-broadcast layout raises (a layout's bug): its
+    calls run on the general path, beside the other ranks' plans.  Per rank:
+    the digests of 4 calls from varying roots (checked against NumPy), whether
+    it holds a plan, and the warnings it gave."""
+    import warnings
+
+    from commrt.collectives import plans
+
+    if comm.rank == bad_rank:
+        def broken(*args):
+            raise ValueError("a layout bug")
+        plans.LAYOUTS[("broadcast", "binomial")] = broken
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = [call(comm, "broadcast", 40 + i, n, root=i % comm.size, algorithm="binomial")
+               for i in range(4)]
+    return out, planned(comm, "broadcast", n), [str(w.message) for w in caught]
+
+
 def mismatch(comm, kind):
     """Warm the plan on a fresh group, then rank 1 makes a call of another count
     (each rank still on its plan or falling to the general path)."""

@@ -100,6 +100,25 @@ def test_binomial_broadcast_reads_where_ranks_crowd_the_cores(env):
                                                                           general_hdr)
 
 
+def test_a_plan_that_cannot_be_built_leaves_its_rank_on_the_general_path():
+    """A layout that raises on one rank (a bug in it) must not fail that rank's
+    call while the others, on their plans, wait for it: that rank warns once
+    (once per call shape) and runs the general path, which sends the plans'
+    messages, so every rank's results are right and alike."""
+    with World(3, transport="shm", env=ENV, timeout=60) as w:
+        res = w.run(P.broken_layout, 5000, 1)
+    digests = [r[0] for r in res]
+    assert digests[0] == digests[1] == digests[2], digests
+    for rank, (_, has_plan, caught) in enumerate(res):
+        if rank == 1:
+            assert not has_plan, caught
+            # once per call shape (the plan's key holds the root: roots 0, 1, 2, 0)
+            assert len(caught) == 3 and all("ValueError: a layout bug" in c for c in caught), \
+                caught
+        else:
+            assert has_plan and not caught, (rank, caught)
+
+
 @pytest.mark.parametrize("kind,algo", sorted(plans.LAYOUTS), ids=lambda v: v)
 def test_every_layout_is_planned_where_it_applies(kind, algo):
     """Each algorithm that has a layout, forced (COMMRT_<KIND>_ALGO), gives the
