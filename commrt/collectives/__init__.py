@@ -167,9 +167,7 @@ def _make_reducer(comm, st, op, dtype):
     kop = check_op_dtype(op.kernel, dtype)
     parallel = st.cache.get("parallel", 0)
     if parallel == 0:
-        me = comm.host_of(comm.rank)
-        local = sum(1 for q in range(comm.size) if comm.host_of(q) == me)
-        parallel = st.cache["parallel"] = None if local == 1 else False
+        parallel = st.cache["parallel"] = None if _cost.ranks_on_my_host(comm) == 1 else False
     return op, Reduction(op, kop, np.dtype(dtype), parallel)
 
 

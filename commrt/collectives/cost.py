@@ -399,6 +399,12 @@ def host_groups(comm):
     return sorted(groups.values())
 
 
+def ranks_on_my_host(comm):
+    """How many ranks of comm (a Communicator or its Channel) share this rank's host."""
+    me = comm.host_of(comm.rank)
+    return sum(1 for q in range(comm.size) if comm.host_of(q) == me)
+
+
 def _pairs(groups):
     """(shared-memory pair or None, network pair or None) that calibrate measures:
     the first two ranks of the first host holding two, and rank 0 with the first

@@ -39,11 +39,9 @@ def copier(chan, cache):
     (the transport's choice)."""
     c = cache.get("binomial copier")
     if c is None:
-        from commrt.collectives.cost import _cores
+        from commrt.collectives.cost import _cores, ranks_on_my_host
 
-        me = chan.host_of(chan.rank)
-        local = sum(1 for q in range(chan.size) if chan.host_of(q) == me)
-        reads = local >= READ_RANKS_PER_CORE * _cores()
+        reads = ranks_on_my_host(chan) >= READ_RANKS_PER_CORE * _cores()
         c = cache["binomial copier"] = Channel.RECEIVER if reads else 0
     return c
 
