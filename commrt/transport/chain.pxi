@@ -3,8 +3,9 @@
 # A collective that repeats the same steps call after call (the prepared
 # plans of collectives/plans.py: recursive doubling, the barrier, a
 # broadcast's tree, a gather's receives, ...) binds them once: peers,
-# context, tag, buffers, and one request per message.  A run then allocates
-# no Python object and parses no buffer (the in/out buffers only when they
+# context, tag (a message may name its own: dbtree's two trees), buffers,
+# and one request per message.  A run then allocates no Python object and
+# parses no buffer (the in/out buffers only when they
 # are other objects than last time): in one C call (the GIL let go after a
 # short spin, GIL_SPIN_NS), step after
 # step, it posts every message of the step (its sends, then its receives,
@@ -76,6 +77,7 @@ cdef struct msg_t:
     int src_where       # M_COPY: from [src_off, +len) of this buffer
     uint64_t src_off
     int copier          # M_RECV: which process copies a large shm message (req_t.copier)
+    int tag             # the message's tag (the chain's unless the message names one)
     req_t *q            # NULL for a copy
 
 
@@ -334,7 +336,7 @@ cdef class ExchangeChain:
         q.r.kind = K_SEND if m.kind == M_SEND else K_RECV
         q.r.peer = m.peer
         q.r.ctx = self.ctx
-        q.r.tag = self.tag
+        q.r.tag = m.tag
         q.r.err_rank = -1
         q.r.buf = base + m.off if base != NULL else NULL
         q.r.cap = m.len
@@ -525,22 +527,23 @@ _CHAIN_GO = PyCapsule_New(<void *>chain_go_entry, b"commrt.chain_go", NULL)
 
 
 cdef list _chain_messages(steps):
-    """Every step as ([(kind, peer, where, off, len, rhook, src_where, src_off, copier)], hook)."""
+    """Every step as ([(kind, peer, where, off, len, rhook, src_where, src_off, copier, tag)],
+    hook); tag -1: the chain's."""
     out = []
     for st in steps:
         if len(st) == 3:                    # (dst, src, hook): tmp in, the in/out buffer out
-            out.append(([(M_RECV, st[1], B_TMP, 0, -1, 0, 0, 0, 0),
-                         (M_SEND, st[0], B_BUF, 0, -2, 0, 0, 0, 0)], st[2]))
+            out.append(([(M_RECV, st[1], B_TMP, 0, -1, 0, 0, 0, 0, -1),
+                         (M_SEND, st[0], B_BUF, 0, -2, 0, 0, 0, 0, -1)], st[2]))
         elif len(st) == 7:                  # ranged: (dst, src, s_off, s_len, r_off, r_len, rhook)
-            out.append(([(M_RECV, st[1], B_BUF, st[4], st[5], st[6], 0, 0, 0),
-                         (M_SEND, st[0], B_BUF, st[2], st[3], 0, 0, 0, 0)], 0))
+            out.append(([(M_RECV, st[1], B_BUF, st[4], st[5], st[6], 0, 0, 0, -1),
+                         (M_SEND, st[0], B_BUF, st[2], st[3], 0, 0, 0, 0, -1)], 0))
         elif len(st) == 2 and isinstance(st[0], (list, tuple)):
-            out.append(([tuple(m) + (0, 0, 0)[len(m) - 6:] if len(m) >= 6 else tuple(m)
+            out.append(([tuple(m) + (0, 0, 0, -1)[len(m) - 6:] if len(m) >= 6 else tuple(m)
                          for m in st[0]], st[1]))
         else:
             raise ValueError(f"a chain step is (dst, src, hook), (dst, src, s_off, s_len, r_off, "
                              f"r_len, rhook) or ([(kind, peer, where, off, len, rhook[, src_where, "
-                             f"src_off[, copier]])...], hook), "
+                             f"src_off[, copier[, tag]]])...], hook), "
                              f"got {st!r}")
     return out
 
@@ -562,13 +565,13 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
     for msgs, hook in parsed:
         uses_buf = uses_buf or bool(hook)
         for msg in msgs:
-            if len(msg) != 9 or msg[0] not in (M_RECV, M_SEND, M_COPY) \
+            if len(msg) != 10 or msg[0] not in (M_RECV, M_SEND, M_COPY) \
                     or msg[2] not in (B_BUF, B_IN, B_TMP) or msg[6] not in (B_BUF, B_IN, B_TMP) \
                     or msg[8] not in COPIERS \
-                    or (msg[8] and msg[0] != M_RECV):
+                    or (msg[8] and msg[0] != M_RECV) or msg[9] < -1:
                 raise ValueError(f"a chain message is (kind 0 recv/1 send/2 copy, peer, where "
                                  f"0/1/2, off, len, rhook[, src_where, src_off[, copier 0-3 "
-                                 f"(recv only)]]), got {msg!r}")
+                                 f"(recv only)[, tag (-1: the chain's)]]]), got {msg!r}")
             if msg[0] != M_COPY:
                 eng._check_rank(msg[1], "dst" if msg[0] == M_SEND else "src")
             if msg[2] == B_IN and msg[0] != M_SEND:
@@ -609,7 +612,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
         ch.steps[i].first = k
         ch.steps[i].nmsg = len(msgs)
         ch.steps[i].hook = <combine_fn><size_t>hook
-        for kind, peer, where, off, length, rhook, src_where, src_off, copier in msgs:
+        for kind, peer, where, off, length, rhook, src_where, src_off, copier, mtag in msgs:
             if length == -1:                # the legacy whole-buffer step's sizes
                 length = tmp_len
             elif length == -2:
@@ -630,6 +633,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
             m.src_where = src_where
             m.src_off = src_off
             m.copier = copier
+            m.tag = tag if mtag < 0 else mtag
             m.rhook = NULL
             if kind == M_RECV:
                 m.rhook = <combine_fn><size_t>rhook

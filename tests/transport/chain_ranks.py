@@ -201,3 +201,31 @@ def learned_spin(comm, pause_s, calls=60):
             time.sleep(pause_s)
         assert ch.go(buf, k) == 1
     return None if comm.rank == 0 else ch.spin_budgets_us
+
+
+def lanes(comm, nbytes):
+    """Rank 0's one step sends block A on tag 9, then block B on tag 10, then block
+    C on the chain's own tag; rank 1's step posts its receives in the other
+    order (C's range on the chain's tag, then tag 10, then tag 9): each message
+    names its tag, so each lands where its own tag's receive is, whatever the
+    order.  Also: a tag below -1 is refused.  Returns (rank 1's three ranges,
+    the refusal) as lists of the first element of each block."""
+    k = nbytes // 8
+    buf = np.zeros(3 * k, np.float64)
+    if comm.rank == 0:
+        buf[:k], buf[k:2 * k], buf[2 * k:] = 1.0, 2.0, 3.0
+        msgs = [(1, 1, 0, 0, nbytes, 0, 0, 0, 0, 9), (1, 1, 0, nbytes, nbytes, 0, 0, 0, 0, 10),
+                (1, 1, 0, 2 * nbytes, nbytes, 0)]
+    else:
+        msgs = [(0, 0, 0, 0, nbytes, 0, 0, 0, 0, -1), (0, 0, 0, nbytes, nbytes, 0, 0, 0, 0, 10),
+                (0, 0, 0, 2 * nbytes, nbytes, 0, 0, 0, 0, 9)]
+    ch = comm._exchange_chain([(msgs, 0)], None, 0, TAG, nbytes=buf.nbytes)
+    ch.stamp(9 << 40, 0, 10.0, 0xFF)
+    assert ch.go(buf, 1) == 1
+    refused = None
+    try:
+        comm._exchange_chain([([(1, 1 - comm.rank, 0, 0, 8, 0, 0, 0, 0, -2)], 0)], None, 0, TAG,
+                             nbytes=8)
+    except ValueError as exc:
+        refused = str(exc)
+    return [float(buf[0]), float(buf[k]), float(buf[2 * k])], refused

@@ -39,6 +39,21 @@ def test_chains_without_hook_or_steps(world):
         assert rets == [nsteps] * 5 and none == 0
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("nbytes", [64, 1 << 20])
+def test_a_message_naming_its_tag_matches_only_that_tags_receive(transport, nbytes):
+    """A chain message may name its own tag (a lane of a call: dbtree's trees):
+    rank 1 posts its receives in the opposite order of rank 0's sends, and each
+    block still lands in the range its tag's receive names (eager and large
+    messages alike); a tag below -1 (-1: the chain's) is refused."""
+    with World(2, transport=transport, timeout=60) as w:
+        res = w.run(R.lanes, nbytes)
+    assert res[0][0] == [1.0, 2.0, 3.0]
+    assert res[1][0] == [3.0, 2.0, 1.0], res[1]
+    for _, refused in res:
+        assert refused is not None and "tag" in refused, refused
+
+
 def test_meta_mismatch_stops_and_hands_over():
     with World(2, timeout=60) as w:
         res = w.run(R.meta_mismatch)
