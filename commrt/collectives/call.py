@@ -176,41 +176,42 @@ class Call:
             self.state.current = None
 
     # messages ------------------------------------------------------------------------
-    def isend(self, buf, dst):
-        req = self.chan.isend(buf, dst, TAG, self.meta, self.meta2)
+    def isend(self, buf, dst, tag=TAG):
+        """tag: TAG, or a lane of this call's own (dbtree's trees: LANE_TAGS)."""
+        req = self.chan.isend(buf, dst, tag, self.meta, self.meta2)
         self.sends.append((req, dst))
         return req
 
-    def irecv(self, buf, src, copier=0):
+    def irecv(self, buf, src, copier=0, tag=TAG):
         """copier: who copies a large message over shared memory (Channel.irecv):
         Channel.RECEIVER where the sender's core has other copies to make (a
         scatter's root), Channel.SENDER where this rank's has (a gather's
         root); the messages are the same."""
-        return Recv(self.chan.irecv(buf, src, TAG, copier), src, buf.nbytes)
+        return Recv(self.chan.irecv(buf, src, tag, copier), src, buf.nbytes)
 
-    def irecv_reduce(self, buf, src, hook, copier=0):
+    def irecv_reduce(self, buf, src, hook, copier=0, tag=TAG):
         """Receive into buf combining (buf = buf OP message) as the data lands, with
         the C loop at address hook (``reduce.hook``); checked by wait like any
         receive, and buf is untouched unless the message is the one expected.
         copier Channel.SENDER: the sender's core copies (over shared memory the
         message streams through the ring at any size) while this one combines:
         where nothing else moves meanwhile (a reduce's tree)."""
-        return Recv(self.chan.irecv_reduce(buf, src, TAG, self.meta, hook, self.meta2, copier),
+        return Recv(self.chan.irecv_reduce(buf, src, tag, self.meta, hook, self.meta2, copier),
                     src, buf.nbytes)
 
     def recv(self, buf, src, copier=0):
         self.wait(self.irecv(buf, src, copier))
 
-    def irecv_combine(self, buf, src, red, slot, copier=0):
+    def irecv_combine(self, buf, src, red, slot, copier=0, tag=TAG):
         """Start receiving a message from src to combine into buf (buf = buf OP
         message, the message the right operand): a reduce-receive where red has
         a C loop, else a receive into the scratch `slot` that wait_combine
         reduces from.  Two combines in flight need different slots.  copier:
         as irecv_reduce's."""
         if red.hook:
-            return Combine(self.irecv_reduce(buf, src, red.hook, copier), buf, None, red)
+            return Combine(self.irecv_reduce(buf, src, red.hook, copier, tag), buf, None, red)
         tmp = self.state.scratch(slot, buf.size, buf.dtype)
-        return Combine(self.irecv(tmp, src, copier), buf, tmp, red)
+        return Combine(self.irecv(tmp, src, copier, tag), buf, tmp, red)
 
     def wait_combine(self, cb):
         """Wait for an irecv_combine (checked as by wait) and finish its combine."""
@@ -218,9 +219,9 @@ class Call:
         if cb.tmp is not None:
             cb.red(cb.buf, cb.tmp)
 
-    def recv_combine(self, buf, src, red, slot="combine", copier=0):
+    def recv_combine(self, buf, src, red, slot="combine", copier=0, tag=TAG):
         """Receive from src and combine the message into buf (see irecv_combine)."""
-        self.wait_combine(self.irecv_combine(buf, src, red, slot, copier))
+        self.wait_combine(self.irecv_combine(buf, src, red, slot, copier, tag))
 
     def send(self, buf, dst):
         """Start a send; it completes by end() (the algorithm must not modify buf before)."""
@@ -299,7 +300,7 @@ class Call:
     def _wait_req(self, req, peer):
         now = time.monotonic()
         probe_at = now + self.probe_s
-        # a step on a context of its own (dbtree's trees, hierarchical's groups):
+        # a step on a context of its own (hierarchical's groups):
         # an abort of the user's call fails none of its requests, so it looks for
         # one after its first slice (a progress pass: an abort that came before
         # the call) and every OUTER_CHECK_S after that

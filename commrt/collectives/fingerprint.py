@@ -8,6 +8,10 @@ from commrt import _lazy
 
 TAG = 7           # collective traffic on the channel's context
 PROBE_TAG = 8     # mismatch probes
+# lanes of one call: tags of their own on the channel's context, so that two
+# streams of one call between the same pair never match each other's
+# receives (dbtree's two trees); fingerprinted and checked as TAG's
+LANE_TAGS = (9, 10)
 
 
 # Internal call kinds beside the registry's collectives (registry.BORROWS says

@@ -1,7 +1,7 @@
 """Prepared plans for broadcast, reduce, gather, scatter, all-gather,
 reduce-scatter, all-to-all, their variable-size forms (all_gatherv,
 gatherv, scatterv, all_to_allv), the ring reduce-scatter and the ring's,
-reduce_bcast's and ps's all-reduce,
+reduce_bcast's, ps's and dbtree's all-reduce,
 built from the chosen algorithm's own ``schedule`` (recursive doubling's and
 Rabenseifner's on power-of-two worlds, and the barrier's, are in _small.py).
 
@@ -35,7 +35,8 @@ The chain waits for a step's sends before its next step, where the general
 path waits at the end of the call: the same messages, but a send that had
 to wait for its receiver's later step could deadlock.  Steps of these
 schedules are matched step for step or down a tree (the ring all-reduce's
-and reduce-scatter's once regrouped: _all_reduce_ring), except the direct
+and reduce-scatter's once regrouped: _all_reduce_ring; dbtree's in rounds,
+each message posted by both its ranks in the same round), except the direct
 reduce-scatter's (its sends go out in step 0, its receives are taken one
 peer after another), whose plan is therefore only made, beyond N = 2 (one
 peer: matched in step 0), for blocks small enough to be sent eagerly
@@ -96,14 +97,26 @@ class SchedPlan(PlanCore):
 
 # -- layouts: an algorithm's schedule as chain messages ----------------------------------
 def _msgs(step, isz, where_recv, where_send, hook=0):
+    """A schedule's step as chain messages; a message on a lane of the call (its
+    ctx a tag: dbtree's trees, fingerprint.LANE_TAGS) names its tag."""
     out = []
     for m in step:
         if m.op == "send":
-            out.append((SEND, m.peer, where_send, m.lo * isz, (m.hi - m.lo) * isz, 0))
+            msg = (SEND, m.peer, where_send, m.lo * isz, (m.hi - m.lo) * isz, 0)
         else:
-            out.append((RECV, m.peer, where_recv, m.lo * isz, (m.hi - m.lo) * isz,
-                        hook if m.op == "combine" else 0))
+            msg = (RECV, m.peer, where_recv, m.lo * isz, (m.hi - m.lo) * isz,
+                   hook if m.op == "combine" else 0)
+        if type(m.ctx) is int:
+            msg += (0, 0, 0, m.ctx)
+        elif m.ctx is not None:
+            raise ValueError(f"a plan's messages travel on the call's context, not {m.ctx!r}")
+        out.append(msg)
     return out
+
+
+def _with_copier(msg, copier):
+    """A receive with this copier (Channel.irecv's), its tag kept."""
+    return msg[:6] + (0, 0, copier) + msg[9:]
 
 
 def _copy(rank, where, off, src_where, src_off, nbytes):
@@ -333,7 +346,7 @@ def _all_reduce_reduce_bcast(n, r, sched, m, isz, root, hook):
     from rank 0 into it."""
     if not hook:
         return None, None
-    return [[msg + (0, 0, Channel.SENDER) if msg[0] == RECV and msg[5] else msg
+    return [[_with_copier(msg, Channel.SENDER) if msg[0] == RECV and msg[5] else msg
              for msg in _msgs(s, isz, BUF, BUF, hook)] for s in sched], None
 
 
@@ -360,11 +373,21 @@ def _all_reduce_ps(n, r, sched, m, isz, root, hook):
     return steps, None
 
 
+def _all_reduce_dbtree(n, r, sched, m, isz, root, hook):
+    """The double binary tree's rounds as they are, each tree's messages on its
+    lane (their tags), every combine a reduce-receive into the buffer.  A
+    node's two children's copies of a segment come in different rounds, the
+    first child's first: the general path's operand order (all_reduce/dbtree.py)."""
+    if not hook:
+        return None, None
+    return [_msgs(s, isz, BUF, BUF, hook) for s in sched], None
+
+
 def _copied_by(copier, steps):
     """Every receive of steps with this copier (Channel.irecv's): SENDER for a
     tree's combines (reduce/binomial.py: they stream, the senders' cores
     copying), RECEIVER or EXCHANGE where every rank reads its own blocks."""
-    return [[msg + (0, 0, copier) if msg[0] == RECV else msg for msg in s] for s in steps]
+    return [[_with_copier(msg, copier) if msg[0] == RECV else msg for msg in s] for s in steps]
 
 
 def _whole_buffer_fits(buf, red):
@@ -474,6 +497,7 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("broadcast", "pipeline"): _br
            ("all_reduce", "ring"): _all_reduce_ring,
            ("all_reduce", "reduce_bcast"): _all_reduce_reduce_bcast,
            ("all_reduce", "ps"): _all_reduce_ps,
+           ("all_reduce", "dbtree"): _all_reduce_dbtree,
            ("reduce", "ring"): _reduce_ring}
 
 # The layouts that refuse some sizes, each with the predicate (n, nbytes of the
@@ -646,11 +670,14 @@ def _run_step(call, step, views, isz):
         if kind == COPY:
             s0 = src[1] // isz
             a[...] = views[src[0]][s0:s0 + nbytes // isz]
-        elif kind == SEND:
-            call.isend(a, peer)
+            continue
+        copier = src[2] if len(src) > 2 else 0
+        tag = src[3] if len(src) > 3 and src[3] >= 0 else TAG
+        if kind == SEND:
+            call.isend(a, peer, tag)
         elif hook:
-            recvs.append(call.irecv_reduce(a, peer, hook, src[2] if len(src) > 2 else 0))
+            recvs.append(call.irecv_reduce(a, peer, hook, copier, tag))
         else:
-            recvs.append(call.irecv(a, peer, src[2] if len(src) > 2 else 0))
+            recvs.append(call.irecv(a, peer, copier, tag))
     call.waitall(recvs)
     call.wait_sends()

@@ -35,10 +35,12 @@ or ``registry.module``, never as ``import commrt.collectives.<c>.<a>``.
 
 A schedule's Msg is (op, peer, lo, hi): op "send", "recv" or "combine"
 (receive and combine into the elements [lo, hi) of the collective's
-result buffer), peer a rank; every message of a step is posted together.  Messages on a
-derived communicator's own context (dbtree's two trees, hierarchical's
-steps) carry that context's name in ``ctx`` (``on_context``): they match
-only messages of the same context, as on the wire; a plain Msg has ctx None.
+result buffer), peer a rank; every message of a step is posted together.
+Messages on a lane of the call (an int ctx: the tag they travel on,
+fingerprint.LANE_TAGS; dbtree's two trees) or on a derived communicator's
+own context (its name: hierarchical's steps) carry it in ``ctx``
+(``on_context``): they match only messages of the same ctx, as on the
+wire; a plain Msg has ctx None.
 A combine the sender copies (``sender_copies``) has ``copier`` "sender".
 Schedules of algorithms that cut messages into segments take ``itemsize``
 (bytes per element, default 4) as the runtime's ``seg_elems`` does.

@@ -6,8 +6,9 @@ and combine into elements [lo, hi)), every message of a step posted
 together, a rank's next step starting once every receive of this one has
 completed (collectives/registry.py's Msg).  Between one pair of ranks the
 k-th send of a context matches the k-th receive of that context, as on the
-wire (a message's context is its ``ctx``: None, or the derived
-communicator's of dbtree's trees and hierarchical's steps).
+wire (a message's context is its ``ctx``: None, a lane of the call -- the
+tag of one of dbtree's trees -- or the derived communicator's of
+hierarchical's steps).
 
 The model (``Topology``): nodes x ranks per node, ranks placed in blocks
 (ranks 0..R-1 on node 0, ...), two link classes with their α and β

@@ -430,10 +430,11 @@ def predicted(n, nbytes, algo, p, topo=None, chain_at=None):
 # Runs saved with this mark measured calls naming their algorithm on that
 # algorithm's prepared plan where it has one (collectives._keyed_plan); the
 # runs before it measured every forced algorithm on the general path.
-FORCED_PLANS = 2
+FORCED_PLANS = 3
 # algorithms whose plans came later than the mark's first value: a run saved with
-# an older mark measured them on the general path (ps: 2, 2026-12-04)
-PLANNED_SINCE = {"ps": 2}
+# an older mark measured them on the general path (ps: 2, 2026-12-04; dbtree: 3,
+# 2026-12-05)
+PLANNED_SINCE = {"ps": 2, "dbtree": 3}
 
 
 def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0, chain_at=()):

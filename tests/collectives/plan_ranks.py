@@ -431,3 +431,20 @@ def v_counts_checked_on_the_plan(comm):
     finally:
         C.Call = general_call
     return errors, gen_ok, bool(np.array_equal(out, want)) and not made
+
+
+def dbtree_mixed(comm, n, general_ranks):
+    """dbtree all-reduces of n float32 where the ranks in general_ranks take the
+    general path (timeout=: its sends do not wait) and the others their plan
+    (one round a step, sends waited for): the digests of 3 calls after the one
+    that prepares the plans, each checked against NumPy, and whether this
+    rank holds the plan."""
+    general = comm.rank in general_ranks
+    out = []
+    for i in range(4):
+        x = data(20 + i, comm.rank, n, "float32")
+        C.all_reduce(comm, x, "SUM", "dbtree", **({"timeout": 30} if general else {}))
+        want, tol = reference(20 + i, comm.size, n, "float32", "SUM")
+        check(x, want, tol, "dbtree all_reduce")
+        out.append(digest(x))
+    return out[1:], planned(comm, "all_reduce", n)

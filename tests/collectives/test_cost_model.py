@@ -223,7 +223,8 @@ def test_the_general_paths_own_cost_goes_to_algorithms_without_a_plan():
     assert plans.applies("all_reduce", "tree", 4, 8)                           # one segment
     assert not plans.applies("all_reduce", "tree", 4, (256 << 10) + 4)
     assert plans.applies("all_reduce", "ps", 4, 8)
-    assert not plans.applies("all_reduce", "dbtree", 4, 8)                     # own contexts
+    assert plans.applies("all_reduce", "dbtree", 4, 16 << 20)                  # its lanes
+    assert not plans.applies("all_reduce", "dbtree", 4, (16 << 20) + 4)        # MAX_BYTES
     assert plans.applies("broadcast", "binomial", 4, 8)
     assert plans.applies("broadcast", "pipeline", 4, 8)
     assert plans.applies("broadcast", "pipeline", 4, 4 << 20)
@@ -251,15 +252,17 @@ def test_the_general_paths_own_cost_goes_to_algorithms_without_a_plan():
             charged = not plans.applies("all_reduce", name, 3, nbytes)
             assert t == pytest.approx(without[name] + (20e-6 if charged else 0.0))
         assert (withc["tree"] > without["tree"]) == (nbytes > p.segment)
-        assert withc["dbtree"] > without["dbtree"]
         assert withc["ps"] == pytest.approx(without["ps"])      # planned at any size
-    # an unplanned algorithm the formulas alone prefer loses to a planned one
-    big = dataclasses.replace(p, call=200e-6)
-    at = 300_000
-    alone = cost.predict("all_reduce", world, at, p)
+        assert withc["dbtree"] == pytest.approx(without["dbtree"])
+    # an unplanned algorithm the formulas alone prefer (dbtree beyond plans.MAX_BYTES)
+    # loses to a planned one (recursive doubling on a power of two: no scratch)
+    world4, at = _World(4), 20 << 20
+    alone = cost.predict("all_reduce", world4, at, p)
     assert alone["dbtree"] < alone["recursive_doubling"]
-    charged = cost.predict("all_reduce", world, at, big)
+    gap = alone["recursive_doubling"] - alone["dbtree"]
+    charged = cost.predict("all_reduce", world4, at, dataclasses.replace(p, call=2 * gap))
     assert charged["dbtree"] > charged["recursive_doubling"]
+    assert charged["recursive_doubling"] == pytest.approx(alone["recursive_doubling"])
 
 
 def test_a_planned_algorithm_steps_at_the_chains_alpha():

@@ -137,6 +137,29 @@ def test_every_layout_is_planned_where_it_applies(kind, algo):
                 assert set(algos) <= {algo}, (kind, algo, n, r, algos)
 
 
+@pytest.mark.parametrize("n,transport", [(3, "shm"), (5, "shm"), (8, "shm"), (4, "tcp")])
+def test_dbtree_runs_on_its_plan_over_many_segments(n, transport):
+    """dbtree's plan (both trees' messages in rounds, each tree on its lane, every
+    send waited for within its round) over 2-4 segments a tree, half sizes
+    unequal: the general path's results bit for bit and its traffic; and with
+    one or two ranks on the general path (sends not waited for) beside ranks
+    on the plan, every rank's result right and alike (the two paths send the
+    same messages in the same order per pair and lane)."""
+    env = {**ENV, "COMMRT_ALL_REDUCE_ALGO": "dbtree"}
+    with World(n, transport=transport, env=env, timeout=120) as w:
+        for count in (300_001, 1 << 19):
+            for r, ((planned, general, has_plan), algos) in enumerate(
+                    w.run(P.layout_results, "all_reduce", count, 0)):
+                assert planned == general and has_plan and algos == ["dbtree"], (count, r)
+            for r, ((planned, general), has_plan) in enumerate(
+                    w.run(P.traffic, "all_reduce", count)):
+                assert has_plan and planned == general, (count, r, planned, general)
+        for count, general_ranks in ((300_003, [1]), (300_005, [0, n - 1])):  # (no plan yet)
+            res = w.run(P.dbtree_mixed, count, general_ranks)
+            assert all(digests == res[0][0] for digests, _ in res), general_ranks
+            assert [has for _, has in res] == [r not in general_ranks for r in range(n)]
+
+
 @pytest.mark.parametrize("kind", P.KINDS)
 def test_calls_that_change_from_call_to_call_get_their_own_plan(world, kind):
     assert world.run(P.alternating, kind) == [True] * world.size
@@ -263,6 +286,52 @@ def test_ring_all_reduce_plan_keeps_every_dependency_and_matches_step_for_step(n
         orders = [[m for s in scheds[r] for m in plans._msgs(s, isz, plans.BUF, plans.BUF, 1)]
                   for r in range(n)]
         _check_paired(n, orders, steps, (count, isz))
+
+
+@pytest.mark.parametrize("n", range(2, 10))
+def test_dbtree_rounds_match_within_the_round_and_keep_every_dependency(n):
+    """dbtree's schedule in rounds, for 1-5 segments a tree and every rank: each
+    message is posted by its peer in the same round (so neither a plan, which
+    waits for a round's sends, nor a mix of plans and general paths can wait
+    on a later round of another rank); per pair and lane the sends and
+    receives pair up in order with the same ranges; a node takes a segment's
+    two children's copies in two rounds, the first child's first (the
+    general path's operand order); a rank sends a range up only after every
+    combine into it, and forwards a result only after receiving it."""
+    from commrt.collectives.all_reduce import dbtree
+
+    seg = 256 << 10
+    for count in (1, 2, 3, 1001, seg // 2 + 1, seg, 3 * seg + 5, 5 * seg):
+        rounds = [dbtree.rounds(n, r, count) for r in range(n)]
+        sent, got = {}, {}
+        for r in range(n):
+            for at, msgs in rounds[r].items():
+                for m in msgs:
+                    key = (r, m.peer, m.ctx) if m.op == "send" else (m.peer, r, m.ctx)
+                    (sent if m.op == "send" else got).setdefault(key, []).append(
+                        (at, m.lo, m.hi))
+        assert sent.keys() == got.keys(), count
+        for key in sent:
+            assert sorted(sent[key]) == sorted(got[key]), (count, key)     # same round too
+        for r in range(n):
+            combined, received = {}, set()
+            for at in sorted(rounds[r]):
+                for m in rounds[r][at]:
+                    rng = (m.ctx, m.lo, m.hi)
+                    if m.op == "send":
+                        parent = dbtree.tree(n, r, m.ctx - dbtree.LANE_TAGS[0])[0]
+                        kids = dbtree.tree(n, r, m.ctx - dbtree.LANE_TAGS[0])[1]
+                        if m.peer == parent:          # up: every child's copy in
+                            assert [c for c, _ in combined.get(rng, [])] == kids, (count, r, m)
+                            assert all(t < at for _, t in combined.get(rng, [])), (count, r)
+                        else:                         # down: the result, received before
+                            assert parent is None or rng in received, (count, r, m)
+                    elif m.op == "combine":
+                        combined.setdefault(rng, []).append((m.peer, at))
+                        firsts = combined[rng][:-1]
+                        assert all(t < at for _, t in firsts), (count, r, m)
+                    else:
+                        received.add(rng)
 
 
 @pytest.mark.parametrize("n", range(2, 10))

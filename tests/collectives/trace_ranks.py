@@ -5,8 +5,9 @@ posts it, for comparison with the algorithm's own schedule.
 A record is (direction, op, world rank of the peer, context, place, elements):
 direction "send" or "recv"; op "send", "recv" (plain receive) or "combine"
 (a receive combined as it lands: irecv_reduce, or exchange with a hook);
-context the communicator's context id (dbtree's trees and hierarchical's
-steps run on derived communicators); place the element offset of the
+context the communicator's context id and the message's tag (dbtree's
+trees run on lanes of the call, tags of their own; hierarchical's steps on
+derived communicators); place the element offset of the
 message's buffer in the array the schedule's positions refer to (per
 collective: ARRAYS), or None when it lies elsewhere (scratch: a partial
 result, a receive slot; or a copy of the same data, as a block of buf that
@@ -15,6 +16,7 @@ import numpy as np
 
 import commrt.collectives as C
 from commrt.collectives.call import Call
+from commrt.collectives.fingerprint import TAG
 
 _LOG = None          # list while recording, else None
 _ARRAYS = {}         # "send" / "recv": the array the schedule's positions refer to
@@ -30,10 +32,10 @@ def _place(view, a):
     return None
 
 
-def _record(call, direction, op, peer, view):
+def _record(call, direction, op, peer, view, tag=TAG):
     if _LOG is not None:
         view = np.asarray(view)     # a memoryview (the barrier's empty messages), as an array
-        _LOG.append((direction, op, call.comm._world[peer], call.comm._ctx,
+        _LOG.append((direction, op, call.comm._world[peer], (call.comm._ctx, tag),
                      _place(view, _ARRAYS.get(direction)), view.size))
 
 
@@ -42,17 +44,17 @@ def _install():
         return
     isend, irecv, irecv_reduce, exchange = Call.isend, Call.irecv, Call.irecv_reduce, Call.exchange
 
-    def t_isend(self, buf, dst):
-        _record(self, "send", "send", dst, buf)
-        return isend(self, buf, dst)
+    def t_isend(self, buf, dst, tag=TAG):
+        _record(self, "send", "send", dst, buf, tag)
+        return isend(self, buf, dst, tag)
 
-    def t_irecv(self, buf, src, copier=0):
-        _record(self, "recv", "recv", src, buf)
-        return irecv(self, buf, src, copier)
+    def t_irecv(self, buf, src, copier=0, tag=TAG):
+        _record(self, "recv", "recv", src, buf, tag)
+        return irecv(self, buf, src, copier, tag)
 
-    def t_irecv_reduce(self, buf, src, hook, copier=0):
-        _record(self, "recv", "combine", src, buf)
-        return irecv_reduce(self, buf, src, hook, copier)
+    def t_irecv_reduce(self, buf, src, hook, copier=0, tag=TAG):
+        _record(self, "recv", "combine", src, buf, tag)
+        return irecv_reduce(self, buf, src, hook, copier, tag)
 
     def t_exchange(self, sbuf, dst, rbuf, src, hook=0):
         _record(self, "send", "send", dst, sbuf)

@@ -84,8 +84,8 @@ def test_a_timeout_aborts_every_collective_and_algorithm_everywhere(nbytes):
 def test_a_mismatch_fails_every_collective_and_algorithm_everywhere(transport, nbytes):
     """Every collective by every algorithm (each on a fresh group), rank 1's count
     one more than the others': every rank raises CollectiveMismatchError
-    within seconds (dbtree's ranks waiting in the other tree hear it on the
-    call's context), or, where its part of the call only sent, in the next
+    within seconds (hierarchical's ranks waiting in another group's step hear
+    it on the call's context), or, where its part of the call only sent, in the next
     collective.  Never a timeout, never a result."""
     cases = [(kind, algo) for kind, algos in ALGORITHMS.items() for algo in algos
              if kind != "barrier"]

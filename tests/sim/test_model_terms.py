@@ -282,10 +282,11 @@ def test_a_cell_counts_as_planned_only_where_the_run_that_measured_it_had_the_pl
     """A saved run's mark (forced_plans) says which forced algorithms ran on plans:
     ps got its plan with mark 2, so a replay of a mark-1 run keeps its ps cells
     on the general path (the call's own work charged), and a mark-2 run's
-    not; the ring had its plan in both."""
+    not; the ring had its plan in both; dbtree got its plan with mark 3."""
     base = topo(1, 3, call=20e-6, alpha_shm=5e-6)
     for algo, mark, planned in (("ps", 1, False), ("ps", 2, True), ("ring", 1, True),
-                                ("ring", 2, True), ("dbtree", 2, False)):
+                                ("ring", 2, True), ("dbtree", 2, False),
+                                ("dbtree", 3, True)):
         got = validate.cell_topology(base, algo, 3, 64 << 10, mark, alpha_plan=1e-6)
         assert (got.call == 0.0) == planned, (algo, mark)
         assert got.alpha_shm == (1e-6 if planned else 5e-6), (algo, mark)

@@ -138,8 +138,9 @@ def test_the_ring_rotates_so_rank_0_alone_is_exact():
 
 
 def test_messages_match_within_their_context_only():
-    """dbtree's trees run on contexts of their own: a message of one never matches a
-    receive of the other, even between the same pair in crossed order."""
+    """dbtree's trees run on lanes of their own (hierarchical's steps on contexts of
+    their own): a message of one never matches a receive of the other, even
+    between the same pair in crossed order."""
     from commrt.collectives.registry import Msg, on_context
 
     a = on_context("a", [[Msg("send", 1, 0, 4)]])[0] + on_context("b", [[Msg("send", 1, 0, 8)]])[0]

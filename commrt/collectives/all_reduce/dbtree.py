@@ -15,17 +15,24 @@ one binary tree, and the two trees keep every link busy in both directions.
 
 Steps: the buffer's two halves (K/2 each) are all-reduced on tree 0 and
 tree 1 at once, each pipelined in segments of COMMRT_RING_SEGMENT_BYTES:
-  up:   a node receives a segment from each child (posted one segment
-        ahead), combines them into its own (first child, then second; with a
-        C loop as reduce-receives, the second posted once the first landed,
-        which keeps that order), and sends it to its parent;
+  up:   a node receives a segment from each child and combines it into its
+        own (first child, then second: (own OP first) OP second), and sends
+        it to its parent;
   down: the root sends each reduced segment to its children; a node
-        receives it from its parent into its buffer and forwards it at once.
-The segments of the two trees take turns, segment by segment.  Each tree
-runs on its own derived communicator (own context): between one pair of
-ranks the trees' messages may cross in any order without matching each
-other's receives.  The result is computed at each tree's root and sent
-down, so every rank ends bitwise equal.
+        receives it from its parent into its buffer and forwards it.
+Both trees run in rounds (up_rounds, schedule): segment s leaves rank v
+upward in round s + D[v] and the root downward in round s + R0, one level
+a round; a node's two children send a segment one round apart, which keeps
+the operand order without holding a receive back.  Both ranks of every
+message post it in the same round, so ranks that wait for a whole round,
+sends included (the prepared plan, plans._all_reduce_dbtree), and ranks
+whose sends do not wait (run, the general path) never wait on each other's
+later rounds, in any mix.  Each tree has a lane of its own in the call (its
+tag, fingerprint.LANE_TAGS[t], on the call's context): between one pair of
+ranks the trees' messages never match each other's receives.  The result
+is computed at each tree's root and sent down, so every rank ends bitwise
+equal.  Both trees are one Call, so a mismatch, a lost peer or an abort
+fails the call as it does any other.
 
 Cost (d = depth ~ log2 N, s = a segment, C segments of one half): the first
 segment's trip up and down, 2d·(α + s·(β + γ)), then per further segment
@@ -39,11 +46,14 @@ sent per rank: about 2K for the busiest, K on average.
 import math
 
 from commrt.collectives.all_reduce import tree as _tree
-from commrt.collectives.call import Call
 from commrt.collectives.chunking import bounds, seg_elems, segments
-from commrt.collectives.registry import on_context
+from commrt.collectives.fingerprint import LANE_TAGS
+from commrt.collectives.registry import Msg, on_context
 
 TIE = 5
+# each round waits on a parent or child busy with the round before, for a
+# context switch where ranks outnumber cores, planned or not (cost.predict)
+SEGMENT_WAITS = True
 
 _PARENTS = {}
 
@@ -111,109 +121,91 @@ def cost(n, nbytes, p, comm=None):
     return p.time(n, lat, crit, (n - 1) * nbytes * (2 * p.beta + g))
 
 
-def communicators(call):
-    """The two trees' communicators (same ranks, own contexts), derived once."""
-    cached = call.state.cache.get("dbtree")
-    if cached is None:
-        ranks = list(range(call.size))
-        cached = call.state.cache["dbtree"] = tuple(
-            call.comm.channel.derive(ranks, ("dbtree", t)) for t in (0, 1))
-    return cached
+_ROUNDS = {}
 
 
-class _Tree:
-    """One tree's pass over buf[lo:hi] on its own Call."""
+def up_rounds(n, which):
+    """(D, R0) of tree `which`: rank v sends segment s up in round s + D[v]; the
+    root sends segment s down in round s + R0.  Bottom-up, a leaf sends in
+    round s, a node's first child as soon as it is ready and its second one
+    round after the first at the earliest (so a node takes its children's
+    copies one round apart: (own OP first) OP second, the general path's
+    order), and a node is ready one round after its last child's."""
+    key = (n, which)
+    got = _ROUNDS.get(key)
+    if got is None:
+        kids = [tree(n, v, which)[1] for v in range(n)]
+        d = [0] * n
 
-    def __init__(self, call, which, buf, lo, hi, red):
-        self.call, self.buf, self.red, self.which = call, buf, red, which
-        self.parent, self.children = tree(call.size, call.rank, which)
-        self.pieces = segments(lo, hi, seg_elems(buf.itemsize))
-        # combines that land need no slot: only the first child's is posted a
-        # segment ahead, the second's once the first landed (operand order);
-        # through scratch both are, two slots per child
-        self.ahead = self.children if not red.lands else self.children[:1]
-        self.down, self.forwarded = [], 0
-        self.next_up = self._post_up(0) if self.children else []
+        def ready(v):                   # the round offset v's segment is whole after
+            at = -1
+            for c in kids[v]:
+                d[c] = max(ready(c), at + 1)
+                at = d[c]
+            return at + 1
 
-    def _post_up(self, i):
-        lo, hi = self.pieces[i]
-        slot = ("dbtree", self.which)
-        return [self.call.irecv_combine(self.buf[lo:hi], c, self.red, slot + (c, i % 2))
-                for c in self.ahead]
+        root = parents(n, which).index(None)
+        got = _ROUNDS[key] = (d, ready(root))
+    return got
 
-    def step(self, i):
-        """Segment i: combine the children's, send it up (or down, at the root)."""
-        call, buf = self.call, self.buf
-        lo, hi = self.pieces[i]
-        cur = self.next_up
-        if self.children and i + 1 < len(self.pieces):
-            self.next_up = self._post_up(i + 1)
-        for cb in cur:
-            call.wait_combine(cb)
-        for c in self.children[len(self.ahead):]:
-            call.recv_combine(buf[lo:hi], c, self.red, ("dbtree", self.which, c))
-        if self.parent is None:
-            for c in self.children:
-                call.isend(buf[lo:hi], c)
-        else:
-            call.isend(buf[lo:hi], self.parent)
-            self.down.append((lo, hi, call.irecv(buf[lo:hi], self.parent)))
-        self.forward(False)
 
-    def forward(self, block):
-        """Send on the result segments that have come down from the parent."""
-        while self.forwarded < len(self.down):
-            lo, hi, rv = self.down[self.forwarded]
-            if block:
-                self.call.wait(rv)
-            elif not self.call.test(rv):
-                return
-            for c in self.children:
-                self.call.isend(self.buf[lo:hi], c)
-            self.forwarded += 1
+def rounds(n, rank, count, itemsize=4):
+    """{round: [Msg]} of rank's messages (see schedule): segment s of tree t goes
+    up from v in round s + D[v] and down from the root in round s + R0, one
+    level a round (up_rounds); each message on its tree's lane (ctx
+    LANE_TAGS[t])."""
+    out = {}
+    if n == 1 or count == 0:
+        return out
+    b = bounds(count, 2)
+    seg = seg_elems(itemsize)
+    for t in (0, 1):
+        if b[t + 1] <= b[t]:
+            continue
+        parent, children = tree(n, rank, t)
+        d, r0 = up_rounds(n, t)
+        depth = _tree.level(parents(n, t), rank)
+        for s, (lo, hi) in enumerate(segments(b[t], b[t + 1], seg)):
+            msgs = [(s + d[c], Msg("combine", c, lo, hi)) for c in children]
+            if parent is not None:
+                msgs += [(s + d[rank], Msg("send", parent, lo, hi)),
+                         (s + r0 + depth - 1, Msg("recv", parent, lo, hi))]
+            msgs += [(s + r0 + depth, Msg("send", c, lo, hi)) for c in children]
+            for at, m in msgs:
+                out.setdefault(at, []).extend(on_context(LANE_TAGS[t], [[m]])[0])
+    return out
 
 
 def schedule(n, rank, count, root=0, itemsize=4):
-    """Each tree's pass over its half (all_reduce/tree.pipelined, on the tree's
-    own context, ctx ("dbtree", t)), the trees' blocks taking turns segment by
-    segment as run's do."""
-    if n == 1 or count == 0:
-        return []
-    b = bounds(count, 2)
-    seg = seg_elems(itemsize)
-    per_tree = []
-    for t in (0, 1):
-        if b[t + 1] > b[t]:
-            parent, children = tree(n, rank, t)
-            lag = 2 * _tree.level(parents(n, t), rank)
-            blocks = _tree.pipelined(parent, children, segments(b[t], b[t + 1], seg), lag)
-            per_tree.append([on_context(("dbtree", t), block) for block in blocks])
-    steps = []
-    for i in range(max(len(blocks) for blocks in per_tree)):
-        for blocks in per_tree:
-            if i < len(blocks):
-                steps += blocks[i]
-    return steps
+    """Both trees' messages in rounds, one step per round in which the rank has
+    any (rounds): every message is posted by both of its ranks in the same
+    round, so a rank that waits for a whole step, its sends included (a
+    prepared plan's chain), never waits on a later round of another.  run()
+    takes the same steps, its sends not waited for until the end."""
+    r = rounds(n, rank, count, itemsize)
+    return [r[k] for k in sorted(r)]
 
 
 def run(call, buf, red):
-    n = call.size
-    if n == 1 or buf.size == 0:
+    """The schedule's rounds in order: post a round's receives and sends, wait for
+    its receives (combining each as it lands, or from scratch without a C
+    loop), go on; the sends are waited for at the end of the call.  The
+    receives are posted in the plan's order, so ranks on the plan (which also
+    wait for each round's sends) and ranks here interoperate: every message is
+    posted by both of its ranks in the same round."""
+    if call.size == 1 or buf.size == 0:
         return
-    b = bounds(buf.size, 2)
-    comms = communicators(call)
-    kw = dict(count=call.count, dtype=call.dtype, op=call.op, timeout=call.timeout, outer=call)
-    trees = []
-    for t in (0, 1):
-        if b[t + 1] > b[t]:
-            sub = Call(comms[t], "all_reduce", algo="dbtree", label=f"{call.name} (tree {t})", **kw)
-            sub.start()
-            trees.append(_Tree(sub, t, buf, b[t], b[t + 1], red))
-    for i in range(max(len(t.pieces) for t in trees)):
-        for t in trees:   # the trees take turns, segment by segment
-            if i < len(t.pieces):
-                t.step(i)
-    for t in trees:
-        t.forward(True)
-    for t in trees:
-        t.call.end()
+    for step in schedule(call.size, call.rank, buf.size, itemsize=buf.itemsize):
+        recvs, combines = [], []
+        for m in step:
+            part = buf[m.lo:m.hi]
+            if m.op == "send":
+                call.isend(part, m.peer, m.ctx)
+            elif m.op == "recv":
+                recvs.append(call.irecv(part, m.peer, tag=m.ctx))
+            else:   # one combine a round per (tree, child): its scratch slot
+                combines.append(call.irecv_combine(part, m.peer, red, ("dbtree", m.ctx, m.peer),
+                                                   tag=m.ctx))
+        for cb in combines:
+            call.wait_combine(cb)
+        call.waitall(recvs)
