@@ -323,6 +323,10 @@ def _params_cores(comm):
     if comm.size == 2:   # the pair alone: with more ranks their waiting skews it
         p["beta_at"] = _beta_curve(comm, p["alpha"])
         p["oneway_at"] = _oneway_curve(comm, p["alpha"])
+        peer = 1 - comm.rank
+        p["beta_chain_at"] = tuple(
+            (k, max(1e-12, (t - p["alpha_plan"]) / k))
+            for k, t in _pattern_times(comm, [(peer, peer)], BETA_SIZES, chained=True))
     if comm.size > p["cores"]:
         p["alpha_oversub"] = _hop(comm) * 1e-6
         p["shift"] = _shift_times(comm)
@@ -342,6 +346,7 @@ def calibrate(n, pair=None):
     if "beta_at" not in p:
         pair = pair or calibrate(2)
         p["beta_at"], p["oneway_at"] = pair["beta_at"], pair["oneway_at"]
+        p["beta_chain_at"] = pair["beta_chain_at"]
     return p
 
 
@@ -417,12 +422,23 @@ def plan_alpha_at(topo, p, terms=DEFAULT_TERMS):
     return tuple((k, fit_alpha(topo, k, t)) for k, t in p["shift_chain"])
 
 
+def plan_beta_at(topo, p, terms=DEFAULT_TERMS):
+    """β per size for the messages of a prepared plan where each rank has a core
+    ("chain"): the two-rank exchange run as a one-step exchange chain, many
+    runs a timing (_pattern_times, as shift_chain), less α_plan; or ().  Where
+    ranks outnumber cores the plans' α per size (plan_alpha_at) is fitted with
+    the plain curve, which they keep."""
+    if "chain" not in terms or not p.get("beta_chain_at") or topo.oversubscribed:
+        return ()
+    return tuple(map(tuple, p["beta_chain_at"]))
+
+
 def predicted(n, nbytes, algo, p, topo=None, chain_at=None):
     topo = topo or topology(n, p)
     if chain_at is None:
         chain_at = plan_alpha_at(topo, p)
     topo = cell_topology(topo, algo, n, nbytes, FORCED_PLANS, p.get("alpha_plan", 0.0),
-                         chain_at)
+                         chain_at, plan_beta_at(topo, p))
     return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4), ranks_per_node=n),
                     itemsize=4)
 
@@ -437,7 +453,8 @@ FORCED_PLANS = 3
 PLANNED_SINCE = {"ps": 2, "dbtree": 3}
 
 
-def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0, chain_at=()):
+def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0, chain_at=(),
+                  beta_chain_at=()):
     """The topology of one cell.  A call that ran on a prepared plan pays none of
     the general path's own work ("call"), and its steps are the compiled
     chain's: with alpha_plan (the cost model's α_plan, a round of the barrier's
@@ -446,7 +463,7 @@ def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0, chain_at=
     ranks outnumber cores, α per size is chain_at (plan_alpha_at: the shift
     exchange on a chain) where it was measured, else the per-size part of the
     plain shift exchange's α (a large copy waiting for a core) on top of
-    alpha_plan."""
+    alpha_plan; β per size is beta_chain_at where given (plan_beta_at)."""
     from commrt.collectives import plans
 
     if not (forced_plans and forced_plans >= PLANNED_SINCE.get(algo, 1)
@@ -460,6 +477,8 @@ def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0, chain_at=
             alpha_oversub=alpha_plan if topo.alpha_oversub else None,
             alpha_at=tuple(chain_at) if chain_at else
             tuple((k, alpha_plan + max(0.0, a - base)) for k, a in topo.alpha_at))
+    if beta_chain_at:
+        topo = dataclasses.replace(topo, beta_at=tuple(beta_chain_at))
     return topo
 
 
@@ -532,11 +551,13 @@ def replay(files, terms=None):
                     one_host = DEFAULT_TERMS if terms is None else terms
                     topo = topology(n, p, one_host)
                 chain_at = () if hosts else plan_alpha_at(topo, p, one_host)
+                beta_chain = () if hosts else plan_beta_at(topo, p, one_host)
                 out["measured"].append(m)
                 # (α_plan, a round of the barrier's plan, is a one-host figure: across
                 # hosts it is a network round, and run_hosts leaves it out too)
                 topo = cell_topology(topo, algo, n, k, saved.get("forced_plans"),
-                                     0.0 if hosts else p.get("alpha_plan", 0.0), chain_at)
+                                     0.0 if hosts else p.get("alpha_plan", 0.0), chain_at,
+                                     beta_chain)
                 out["simulated"].append(simulate(topo, schedules.steps_of(
                     algo, n, max(1, k // 4), ranks_per_node=local), itemsize=4))
     return data

@@ -318,6 +318,30 @@ def test_planned_cells_take_the_chained_shift_exchanges_alpha():
     assert validate.plan_alpha_at(topo4, p) == ()
 
 
+def test_planned_cells_where_each_rank_has_a_core_take_the_chained_exchanges_beta():
+    """The pair's exchange run as a one-step exchange chain (beta_chain_at: many
+    runs a timing, less α_plan) is the β per size of the cells that ran on a
+    plan where each rank has a core ("chain"); the general path's cells, the
+    oversubscribed ones (whose plans' α per size is fitted with the plain
+    curve) and runs saved without the figure keep the plain exchange's."""
+    p = _params(2)
+    p["beta_chain_at"] = [[8192, 3e-10], [1 << 20, 1e-10]]
+    topo2 = validate.topology(2, p)
+    beta_chain = validate.plan_beta_at(topo2, p)
+    assert beta_chain == ((8192, 3e-10), (1 << 20, 1e-10))
+    planned = validate.cell_topology(topo2, "ring", 2, 64 << 10, 3, 1e-6, (), beta_chain)
+    assert planned.beta_at == beta_chain
+    general = validate.cell_topology(topo2, "ring", 2, 32 << 20, 3, 1e-6, (), beta_chain)
+    assert general.beta_at == topo2.beta_at == ((8192, 5e-10), (1 << 20, 2e-10))
+    assert validate.plan_beta_at(topo2, p, terms=("shift",)) == ()
+    assert validate.plan_beta_at(validate.topology(4, p), p) == ()        # 4 ranks, 2 cores
+    del p["beta_chain_at"]
+    assert validate.plan_beta_at(topo2, p) == ()
+    # the chained figure moves a planned cell's simulated time the way it says
+    fast = {**p, "beta_chain_at": [[8192, 1e-11], [1 << 20, 1e-11]]}
+    assert validate.predicted(2, 1 << 20, "ring", fast) < validate.predicted(2, 1 << 20, "ring", p)
+
+
 def test_the_shift_exchange_runs_on_a_chain_too():
     """validate._shift_times(chained=True) times the same exchanges as one exchange
     chain (a real 3-rank job): a time per exchange for each size, every rank
