@@ -2,8 +2,8 @@
 ``red.first(dst, src)`` (dst = src OP dst: the operand order of the lower rank),
 ``red.many(dst, srcs)`` (one pass over several sources, float16 accumulating in
 float32), and ``red.hook``, the address of the same reduction as a C loop for
-receives that combine as the data lands (0 where there is none: float16,
-bool, complex, logical ops).  Algorithms do not look at ``hook``: they
+receives that combine as the data lands (0 where there is none: bool,
+complex, logical ops; float16 has one).  Algorithms do not look at ``hook``: they
 combine messages with ``Call.recv_combine`` / ``Call.irecv_combine``, which
 pick a reduce-receive or a receive into scratch plus ``red``; ``red.lands``
 says which, for algorithms whose posting pattern depends on it (how many

@@ -158,6 +158,10 @@ def test_dbtree_runs_on_its_plan_over_many_segments(n, transport):
             res = w.run(P.dbtree_mixed, count, general_ranks)
             assert all(digests == res[0][0] for digests, _ in res), general_ranks
             assert [has for _, has in res] == [r not in general_ranks for r in range(n)]
+        # complex64 has no C loop: no plan, each round's combines through scratch
+        for r, (planned, general, has_plan) in enumerate(
+                w.run(P.same_results, "all_reduce", 300_007, "complex64", "SUM", 0)):
+            assert planned == general and not has_plan, r
 
 
 @pytest.mark.parametrize("kind", P.KINDS)
