@@ -158,6 +158,10 @@ def test_dbtree_runs_on_its_plan_over_many_segments(n, transport):
             res = w.run(P.dbtree_mixed, count, general_ranks)
             assert all(digests == res[0][0] for digests, _ in res), general_ranks
             assert [has for _, has in res] == [r not in general_ranks for r in range(n)]
+        # a rank late past the probe interval: the others' chains stop mid-rounds and
+        # hand over to the general path, which finishes the rounds on their lanes
+        res = w.run(P.late_rank, "all_reduce", 0.8, 1 << 19)
+        assert len({d for d, _ in res}) == 1 and all(has for _, has in res), res
         # complex64 has no C loop: no plan, each round's combines through scratch
         for r, (planned, general, has_plan) in enumerate(
                 w.run(P.same_results, "all_reduce", 300_007, "complex64", "SUM", 0)):
@@ -234,12 +238,12 @@ def test_a_call_without_a_plan_is_not_prepared_again():
             assert algo == "direct" and missed == 1 and named, (algo, missed, named)
 
 
-# The ring's and reduce_bcast's all-reduce plans (plans.LAYOUTS): chosen by the
+# The ring's, reduce_bcast's, ps's and dbtree's all-reduce plans (plans.LAYOUTS): chosen by the
 # cost model or forced, like recursive doubling's and Rabenseifner's.  65536·3+1
 # float32 elements at N = 3 give chunks of 2 segments and of 1 (the ring's plan
 # regroups its steps by message position: chunks need not match), 200_000
 # float64 ones several segments per chunk.
-@pytest.mark.parametrize("algo", ["ring", "reduce_bcast", "ps"])
+@pytest.mark.parametrize("algo", ["ring", "reduce_bcast", "ps", "dbtree"])
 @pytest.mark.parametrize("n,transport", [(2, "shm"), (3, "shm"), (5, "shm"), (3, "tcp")],
                          ids=lambda v: str(v))
 def test_ring_and_reduce_bcast_all_reduce_plans(algo, n, transport):
