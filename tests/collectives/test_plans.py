@@ -137,7 +137,8 @@ def test_every_layout_is_planned_where_it_applies(kind, algo):
                 assert set(algos) <= {algo}, (kind, algo, n, r, algos)
 
 
-@pytest.mark.parametrize("n,transport", [(3, "shm"), (5, "shm"), (8, "shm"), (4, "tcp")])
+# (N = 2, 3 and 5 on its plan in the all-reduce plans' matrix below too; its rounds at N = 2-9)
+@pytest.mark.parametrize("n,transport", [(5, "shm"), (4, "tcp")])
 def test_dbtree_runs_on_its_plan_over_many_segments(n, transport):
     """dbtree's plan (both trees' messages in rounds, each tree on its lane, every
     send waited for within its round) over 2-4 segments a tree, half sizes
