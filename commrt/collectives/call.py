@@ -370,8 +370,8 @@ class Call:
             return exc
         told = getattr(exc, "origin", None) is not None      # made from a received abort
         if told and self.chan.aborted() is None:
-            # an abort of a step's own derived context (dbtree's trees, hierarchical's
-            # host steps; a mismatch found there): the ranks waiting in the other
+            # an abort of a step's own derived context (hierarchical's host and
+            # leaders' steps; a mismatch found there): the ranks waiting in the other
             # steps hear it only on this call's context (Call.outer)
             self._abort_here(exc, exc.code, getattr(exc, "rank", None))
         elif told or isinstance(exc, AbortedError):
