@@ -131,7 +131,15 @@ class Channel:
         return self._coll._exchange_chain(steps, tmp, count, tag, nbytes, itemsize, in_nbytes)
 
     def abort(self, reason, code=FailureCode.MISMATCH, culprit=None):
-        self._coll._abort(reason, code=code, culprit=culprit)
+        coll, comm = self._coll, self._comm
+        first = coll._engine.poison_of(coll._ctx)
+        # the first abort heard was the communicator's own (Communicator.abort: both
+        # contexts in one message): a relay passes both on, else a rank that hears
+        # it first from a relay could still send point to point (its own copy from
+        # the rank that aborted comes later, on another channel)
+        pair = first is not None and comm is not coll and first == comm._engine.poison_of(
+            comm._ctx)
+        coll._abort(reason, code=code, culprit=culprit, pair=pair)
 
     def aborted(self):
         """The error the abort of the collective context makes here, or None."""

@@ -161,6 +161,28 @@ def abort_by_rank1(comm):
     return out
 
 
+def abort_heard_through_a_relay(comm):
+    """Rank 1 aborts the communicator, its message reaching rank 0 only (as when
+    its message to rank 2 is slow); ranks 0 and 2 wait in an all-reduce, so rank
+    2 hears the abort from rank 0's relay first.  Then every later
+    point-to-point and collective operation must fail on ranks 0 and 2 too."""
+    from commrt.errors import FailureCode
+
+    comm.barrier(timeout=30)
+    out = {}
+    if comm.rank == 1:
+        time.sleep(0.3)
+        comm._abort("stop now", ranks=[0], code=FailureCode.ABORTED, culprit=comm.rank,
+                    pair=True)
+        return out
+    out["coll"] = _catch(lambda: comm.all_reduce(np.ones(4), timeout=30))
+    peer = 2 - comm.rank
+    out["later_send"] = _catch(lambda: comm.send(np.ones(4), peer, 4, timeout=10))
+    out["later_recv"] = _catch(lambda: comm.recv(np.zeros(4), peer, 5, timeout=10))
+    out["later_coll"] = _catch(lambda: comm.barrier(timeout=10))
+    return out
+
+
 def one_rank_times_out(comm):
     """Rank 0's all-reduce times out (the others call 3 s later with a 60 s deadline):
     the others must fail at once with the same error, not carry on."""

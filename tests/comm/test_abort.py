@@ -32,6 +32,23 @@ def test_abort_fails_pending_and_later_operations_everywhere(transport):
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_communicator_abort_heard_through_a_relay_fails_point_to_point_too(transport):
+    """Communicator.abort poisons both contexts in one message; a rank that hears it
+    first from another rank's relay (its collective failing) must find its
+    point-to-point context aborted too.  Before, the relay carried only the
+    collective context: a later send went through (seen once in the suite,
+    test_abort_fails_pending_and_later_operations_everywhere over TCP)."""
+    with World(3, transport=transport, env=ENV, timeout=60) as w:
+        res = w.run(R.abort_heard_through_a_relay, timeout=50)
+    for rank in (0, 2):
+        for what in ("coll", "later_send", "later_recv", "later_coll"):
+            e = res[rank][what]
+            assert e is not None and e["type"] == "AbortedError", (rank, what, e)
+            assert e["code"] == FailureCode.ABORTED and e["rank"] == 1, (rank, what, e)
+            assert e["s"] < 10, (rank, what, e)
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_a_timeout_on_one_rank_aborts_the_collective_everywhere(transport):
     # a probe interval past the bound below: the others hear the abort at once,
     # not at their next probe
