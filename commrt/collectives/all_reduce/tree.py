@@ -55,8 +55,9 @@ def cost(n, nbytes, p, comm=None):
 
 
 def pipelined(parent, children, pieces, lag):
-    """One tree's messages at a rank, one block of steps per segment: combine segment i from the children (and
-    send on the result segment received in the block before), then send it up
+    """One tree's messages at a rank, one block of steps per segment: combine
+    segment i from the children (and send on the result segment received in
+    the block before), then send it up
     and receive result segment i - lag from the parent.  The runtime forwards a
     result segment whenever it has landed (it tests between segments); in the
     schedule it is received `lag` segments behind the one sent up (lag: twice
