@@ -66,7 +66,14 @@ only sends (the sender waits for it to be taken, and its core copies half
 of a large one, or streams it through the pair's ring while the receiver
 copies out: transport/shm.pxi), or a combine the sender copies
 (``copier`` "sender"); measured as a ping-pong's one way, where the
-exchange's β (``beta_at``) is two copies at once.
+exchange's β (``beta_at``) is two copies at once; ``land_at``, per size,
+what a shared-memory receive that combines as it lands (a reduce-receive:
+the transport combines each ring chunk, or each piece read into a buffer
+that stays in cache, instead of copying it) costs per byte beyond the
+plain copy, for algorithms whose combines all do (the modules' ``LANDS``),
+where otherwise a combine costs the copy and then γ per byte: measured as
+the same exchange chain with and without the combine, about nothing up to
+1 MiB and a third of γ_mem beyond, here.
 
 The symmetry shortcut (``uniform``; exact, not an approximation): where
 every rank provably follows rank 0's timeline, only rank 0 is run.  The
@@ -132,6 +139,9 @@ class Topology:
                                         # node's copies take one at a time (its memory)
     oneway_at: tuple = ()               # ((bytes, β), ...) of a message both ranks' cores
                                         # move (ping-pong's; module docstring)
+    land_at: tuple = ()                 # ((bytes, s/B), ...): what a shared-memory receive
+                                        # that combines as it lands costs per byte beyond
+                                        # the copy, instead of γ (module docstring)
 
     def b(self, nbytes):
         """β of a shared-memory message of nbytes: the measured curve (``beta_at``,
@@ -142,6 +152,11 @@ class Topology:
         """β of a shared-memory message that its sender's core helps move (module
         docstring): the ping-pong curve ``oneway_at``, else b(nbytes)."""
         return curve(self.oneway_at, nbytes) if self.oneway_at else self.b(nbytes)
+
+    def land(self, nbytes):
+        """Per byte of a shared-memory combine beyond its copy: the curve ``land_at``
+        (a receive that combines as it lands), else γ(nbytes) (copy, then combine)."""
+        return curve(self.land_at, nbytes) if self.land_at else self.g(nbytes)
 
     def m(self, nbytes):
         """The part of β(nbytes) a node's shared-memory copies serialise on (bus_at)."""
@@ -339,7 +354,7 @@ def _rank0(topo, steps, itemsize):
                 if _kind(m) == STREAMED:          # (the sender's core copies meanwhile)
                     work = topo.a(nbytes) + nbytes * max(topo.b(nbytes), topo.g(nbytes))
                 elif op == "combine":
-                    work += nbytes * topo.g(nbytes)
+                    work += nbytes * topo.land(nbytes)
                 cpu += work     # the full run's sum, term for term
                 done = max(done, cpu)
                 continue
@@ -428,8 +443,9 @@ def _full(topo, steps, itemsize):
             ready = max(post, arrival - (nbytes - first) * topo.bn(nbytes))
             work, floor = nbytes * topo.net_cpu, max(post, arrival)
         if combine and not streamed:
-            work += nbytes * topo.g(nbytes)
-            floor += first * topo.g(first)
+            g = topo.land if local else topo.g
+            work += nbytes * g(nbytes)
+            floor += first * g(first)
         if not work or (free is None and not local):   # as the network run always was
             return floor
         start = max(ready, mine[dst])

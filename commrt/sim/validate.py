@@ -56,8 +56,10 @@ def _params(comm):
 
 # message sizes of the β curve: an exchange of each between ranks 0 and 1 (8 KiB
 # eager, from 32 KiB the streamed path's handshake, from 2 MiB process_vm_readv:
-# COMMRT_CMA_MIN_BYTES auto where ranks have a core each)
-BETA_SIZES = (8 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20)
+# COMMRT_CMA_MIN_BYTES auto where ranks have a core each; 512 KiB because 1 MiB,
+# the streamed path's last size, costs 1.4x its neighbours' β per byte here)
+BETA_SIZES = (8 << 10, 32 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20,
+              16 << 20)
 # message sizes of the shift exchange (every rank at once, where ranks outnumber
 # the cores: eager, streamed, and from 1 MiB process_vm_readv)
 SHIFT_SIZES = (8 << 10, 32 << 10, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 8 << 20)
@@ -136,15 +138,16 @@ def _beta_curve(comm, alpha, sizes=BETA_SIZES):
 PATTERN_TAG = 0x5A17       # the chained pattern's messages (no collective uses it)
 
 
-def _chained_lap(comm, pairs, a, b):
+def _chained_lap(comm, pairs, a, b, hook=0):
     """A lap of the exchanges ``pairs`` as one exchange chain (transport/chain.pxi):
     one step per exchange, its send from a and its receive into b, as a
     prepared collective's steps wait (where ranks outnumber cores each step
     learns its own spin budget, transport.md "Waiting"); point to point, no
-    collective's schedule.  The returned lap() runs it once."""
+    collective's schedule.  hook: the receives combine into b as they land
+    with this C loop (a reduce-receive).  The returned lap() runs it once."""
     k = a.nbytes
-    steps = [([(1, dst, 0, 0, k, 0), (0, src, 2, 0, k, 0)], 0) for dst, src in pairs]
-    chain = comm._exchange_chain(steps, b, 0, PATTERN_TAG, nbytes=k)
+    steps = [([(1, dst, 0, 0, k, 0), (0, src, 2, 0, k, hook)], 0) for dst, src in pairs]
+    chain = comm._exchange_chain(steps, b, 0, PATTERN_TAG, nbytes=k, itemsize=a.itemsize)
     chain.stamp(PATTERN_TAG << 40, 0, 120.0, 0xFFFFFFFF)
     seq = [0]
 
@@ -156,26 +159,34 @@ def _chained_lap(comm, pairs, a, b):
     return lap
 
 
-def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3, chained=False):
+def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3, chained=False, land=False):
     """((size, seconds), ...): every rank at once runs its list of exchanges (_exchange)
     ``pairs`` ((dst, src), ...; point to point) with size-byte messages; the
     median over batches of the time per exchange, rank 0's (the ranks end
     within one exchange of each other).  chained: the lap as one exchange
-    chain (_chained_lap), whose waits are the prepared collectives'."""
+    chain (_chained_lap), whose waits are the prepared collectives'; land:
+    (chained) each receive combines float32 SUM as it lands."""
     import time
 
     import numpy as np
 
     r = comm.rank
     out = []
+    hook = 0
+    if land:
+        from commrt.kernels import combine_address
+
+        hook = combine_address("sum", np.dtype(np.float32))
     for k in sizes:
         a, b = np.ones(k, np.uint8), np.zeros(k, np.uint8)
+        if land:
+            a, b = np.ones(k // 4, np.float32), np.zeros(k // 4, np.float32)
 
         def lap():
             for dst, src in pairs:
                 _exchange(comm, a, dst, b, src, 120)
         if chained:
-            lap = _chained_lap(comm, pairs, a, b)
+            lap = _chained_lap(comm, pairs, a, b, hook)
         lap()
         comm.barrier()
         t0 = time.perf_counter()
@@ -324,9 +335,12 @@ def _params_cores(comm):
         p["beta_at"] = _beta_curve(comm, p["alpha"])
         p["oneway_at"] = _oneway_curve(comm, p["alpha"])
         peer = 1 - comm.rank
-        p["beta_chain_at"] = tuple(
-            (k, max(1e-12, (t - p["alpha_plan"]) / k))
-            for k, t in _pattern_times(comm, [(peer, peer)], BETA_SIZES, chained=True))
+        plain = _pattern_times(comm, [(peer, peer)], BETA_SIZES, chained=True)
+        p["beta_chain_at"] = tuple((k, max(1e-12, (t - p["alpha_plan"]) / k)) for k, t in plain)
+        # the same with each receive combining as it lands: what that adds per byte
+        landed = _pattern_times(comm, [(peer, peer)], BETA_SIZES, chained=True, land=True)
+        p["land_at"] = tuple((k, max(0.0, (t - t0) / k))
+                             for (k, t0), (_, t) in zip(plain, landed))
     if comm.size > p["cores"]:
         p["alpha_oversub"] = _hop(comm) * 1e-6
         p["shift"] = _shift_times(comm)
@@ -347,6 +361,7 @@ def calibrate(n, pair=None):
         pair = pair or calibrate(2)
         p["beta_at"], p["oneway_at"] = pair["beta_at"], pair["oneway_at"]
         p["beta_chain_at"] = pair["beta_chain_at"]
+        p["land_at"] = pair.get("land_at", ())
     return p
 
 
@@ -359,11 +374,12 @@ def measure(n, sizes, algos, timeout=600):
 
 
 # the model's terms, each switchable for the comparisons in docs/scale.md
-TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait", "chain", "oneway")
+TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait", "chain", "oneway", "land")
 # those the validation uses: "bus" is measured and kept for comparison, but its
 # one-way curve is the noisiest figure here (a 16 MiB ping-pong slower per copy
 # than the exchange in some rounds), and it did not help (docs/scale.md)
-DEFAULT_TERMS = ("shift", "gamma_busy", "rendezvous", "call", "wait", "chain", "oneway")
+DEFAULT_TERMS = ("shift", "gamma_busy", "rendezvous", "call", "wait", "chain", "oneway",
+                 "land")
 
 
 def _eager():
@@ -439,8 +455,31 @@ def predicted(n, nbytes, algo, p, topo=None, chain_at=None):
         chain_at = plan_alpha_at(topo, p)
     topo = cell_topology(topo, algo, n, nbytes, FORCED_PLANS, p.get("alpha_plan", 0.0),
                          chain_at, plan_beta_at(topo, p))
-    return simulate(topo, schedules.steps_of(algo, n, max(1, nbytes // 4), ranks_per_node=n),
+    topo = land_topology(topo, algo, p, planned=planned(algo, n, nbytes, FORCED_PLANS))
+    return simulate(topo,
+                    schedules.steps_of(algo, n, max(1, nbytes // 4), ranks_per_node=n),
                     itemsize=4)
+
+
+def land_topology(topo, algo, p, terms=DEFAULT_TERMS, planned=True):
+    """topo with the calibration's land_at ("land": what combining as it lands adds
+    to a receive's copy per byte, instead of γ) where the algorithm's combines
+    are all reduce-receives: its module's LANDS, True (planned or not) or
+    "plan" (planned: the cell ran on a prepared plan)."""
+    lands = getattr(schedules.module(algo), "LANDS", False)
+    if "land" not in terms or not p.get("land_at") or not lands \
+            or (lands == "plan" and not planned):
+        return topo
+    return dataclasses.replace(topo, land_at=tuple(map(tuple, p["land_at"])))
+
+
+def planned(algo, n, nbytes, forced_plans):
+    """Whether the cell's calls ran on a prepared plan (runs saved with this
+    forced_plans mark, FORCED_PLANS)."""
+    from commrt.collectives import plans
+
+    return bool(forced_plans and forced_plans >= PLANNED_SINCE.get(algo, 1)
+                and plans.applies("all_reduce", algo, n, nbytes))
 
 
 # Runs saved with this mark measured calls naming their algorithm on that
@@ -464,10 +503,7 @@ def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0, chain_at=
     exchange on a chain) where it was measured, else the per-size part of the
     plain shift exchange's α (a large copy waiting for a core) on top of
     alpha_plan; β per size is beta_chain_at where given (plan_beta_at)."""
-    from commrt.collectives import plans
-
-    if not (forced_plans and forced_plans >= PLANNED_SINCE.get(algo, 1)
-            and plans.applies("all_reduce", algo, n, nbytes)):
+    if not planned(algo, n, nbytes, forced_plans):
         return topo
     topo = dataclasses.replace(topo, call=0.0)
     if alpha_plan:
@@ -558,6 +594,9 @@ def replay(files, terms=None):
                 topo = cell_topology(topo, algo, n, k, saved.get("forced_plans"),
                                      0.0 if hosts else p.get("alpha_plan", 0.0), chain_at,
                                      beta_chain)
+                if not hosts:
+                    topo = land_topology(topo, algo, p, one_host,
+                                         planned(algo, n, k, saved.get("forced_plans")))
                 out["simulated"].append(simulate(topo, schedules.steps_of(
                     algo, n, max(1, k // 4), ranks_per_node=local), itemsize=4))
     return data

@@ -359,3 +359,70 @@ def test_the_shift_exchange_runs_on_a_chain_too():
 def _shift_both(comm):
     sizes = (8192, 1 << 20)
     return (validate._shift_times(comm, sizes), validate._shift_times(comm, sizes, chained=True))
+
+
+def test_a_combine_that_lands_costs_its_copy_and_the_measured_extra_not_gamma():
+    """land_at: a shared-memory receive that combines as it lands (a reduce-receive)
+    costs α + s·β(s) + s·land(s) instead of the copy and then s·γ(s); the
+    validation gives it only to algorithms whose every combine lands (LANDS),
+    only with the "land" term, planned or not."""
+    k, x = 1 << 20, 0.1 * G
+    both = lambda r: [[("send", 1 - r, 0, k), ("combine", 1 - r, 0, k)]]  # noqa: E731
+    assert simulate(topo(1, 2), both, itemsize=1) == pytest.approx(A + k * (B + G), rel=1e-12)
+    landed = topo(1, 2, land_at=((1, x),))
+    assert simulate(landed, both, itemsize=1) == pytest.approx(A + k * (B + x), rel=1e-12)
+    # the uniform shortcut (rank 0's timeline) agrees with the full run
+    from commrt.sim import engine
+    steps = schedules.steps_of("ring", 8, 1 << 16)
+    t = topo(1, 8, land_at=((1, x),))
+    short, taken = engine.run(t, steps)
+    assert taken and short == pytest.approx(engine.run(t, steps, shortcut=False)[0], rel=1e-12)
+    # which algorithms: those whose module says every combine lands
+    p = {**_params(2), "land_at": [[8192, 0.0], [1 << 20, 2e-11]]}
+    topo2 = validate.topology(2, p)
+    for algo in ("ring", "rabenseifner", "dbtree"):
+        assert validate.land_topology(topo2, algo, p).land_at == ((8192, 0.0), (1 << 20, 2e-11))
+    for algo in ("recursive_doubling", "tree", "reduce_bcast"):
+        assert validate.land_topology(topo2, algo, p).land_at == ()
+    # the parameter server's combines all land on its plan, not on the general path
+    assert validate.land_topology(topo2, "ps", p, planned=True).land_at == \
+        ((8192, 0.0), (1 << 20, 2e-11))
+    assert validate.land_topology(topo2, "ps", p, planned=False).land_at == ()
+    assert validate.land_topology(topo2, "ring", p, terms=("shift",)).land_at == ()
+    assert validate.land_topology(topo2, "ring", _params(2)).land_at == ()   # an older run
+    # and it moves the simulated time the way it says (γ here is 1e-10 per byte)
+    assert validate.predicted(2, 1 << 20, "rabenseifner", p) \
+        < validate.predicted(2, 1 << 20, "rabenseifner", _params(2))
+
+
+def test_the_chained_pattern_can_combine_as_it_lands():
+    """_pattern_times(chained=True, land=True) runs the pair's exchange as a chain
+    whose receive combines float32 SUM as it lands (a real 2-rank job): the
+    received values are added into the receive buffer every lap, and it gives
+    a time per size like the plain chain's."""
+    from commrt.testing import World
+
+    with World(2, timeout=60) as w:
+        got = w.run(_land_both, timeout=50)
+    assert got[0][0] == got[1][0]
+    for times, total in got:
+        assert [k for k, _ in times] == [8192, 1 << 20]
+        assert all(0 < t < 0.05 for _, t in times)
+        assert total > 1   # ones were added in more than once: the receives combined
+
+
+def _land_both(comm):
+    import numpy as np
+
+    sizes = (8192, 1 << 20)
+    times = validate._pattern_times(comm, [(1 - comm.rank,) * 2], sizes, target_s=0.02,
+                                    chained=True, land=True)
+    # one more lap of a landing chain, checked: b = b + a with a all ones
+    a, b = np.ones(2048, np.float32), np.full(2048, 5, np.float32)
+    from commrt.kernels import combine_address
+    lap = validate._chained_lap(comm, [(1 - comm.rank,) * 2], a, b,
+                                combine_address("sum", np.dtype(np.float32)))
+    lap()
+    lap()
+    assert (b == 7).all(), b[:4]
+    return times, float(b[0])

@@ -54,6 +54,10 @@ TIE = 5
 # each round waits on a parent or child busy with the round before, for a
 # context switch where ranks outnumber cores, planned or not (cost.predict)
 SEGMENT_WAITS = True
+# every combine of its schedule is a reduce-receive where the reduction has a C
+# loop (combined as it lands, no scratch), on its plan and on the general path:
+# the simulator prices it as such (sim/engine.py land_at)
+LANDS = True
 
 _PARENTS = {}
 

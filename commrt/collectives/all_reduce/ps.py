@@ -21,6 +21,10 @@ from commrt.collectives.registry import Msg
 
 
 TIE = 6
+# on its plan every combine is a reduce-receive (plans._all_reduce_ps); on the
+# general path only rank 1's copy lands, the others go through scratch: the
+# simulator prices the planned calls' combines as landing (sim/engine.py land_at)
+LANDS = "plan"
 
 
 def cost(n, nbytes, p, comm=None):

@@ -25,6 +25,10 @@ from commrt.collectives.all_reduce import _fold
 
 
 TIE = 0
+# every combine of its schedule is a reduce-receive where the reduction has a C
+# loop (combined as it lands, no scratch), on its plan and on the general path:
+# the simulator prices it as such (sim/engine.py land_at)
+LANDS = True
 
 
 def cost(n, nbytes, p, comm=None):

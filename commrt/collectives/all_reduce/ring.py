@@ -37,6 +37,10 @@ NET_SHARE = 1
 # rank r's schedule is rank 0's with every peer turned by r (and chunk c by r):
 # with N dividing the count the simulator need only list rank 0's (sim/engine.py)
 ROTATES = True
+# every combine of its schedule is a reduce-receive where the reduction has a C
+# loop (combined as it lands, no scratch), on its plan and on the general path:
+# the simulator prices it as such (sim/engine.py land_at)
+LANDS = True
 
 
 def cost(n, nbytes, p, comm=None):
