@@ -56,6 +56,8 @@ class Channel:
         rank, size, state          this rank, the group's size, the dict where the
                                    collectives keep their per-communicator state
         host_of(q), transport_of(q), world_rank(q)
+        cma_min                    the transport's single-copy threshold (a receive
+                                   with copier 0 reads from this size, streams below)
         parent                     the channel of the communicator this one was
                                    derived from, or None (cost parameters are shared)
         isend(buf, dst, tag, meta, meta2) -> Request   (meta, meta2: the two header
@@ -106,6 +108,12 @@ class Channel:
 
     def transport_of(self, q):
         return self._comm.transport_of(q)
+
+    @property
+    def cma_min(self):
+        """The transport's single-copy threshold (Engine.cma_min): from this size a
+        shared-memory message whose receive leaves the copier to it is read."""
+        return self._coll._engine.cma_min
 
     def world_rank(self, q):
         return self._comm.world_rank(q)

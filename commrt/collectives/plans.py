@@ -146,11 +146,10 @@ def _gather(n, r, sched, m, isz, root, hook):
 
 
 def _scatter(n, r, sched, m, isz, root, hook):
+    """(a receiver's copier: scatter/linear.copier, applied by prepare)"""
     steps = [_msgs(s, isz, BUF, IN) for s in sched]
     if r == root:
         steps[0].insert(0, _copy(r, BUF, 0, IN, root * m * isz, m * isz))
-    else:                           # the receiver copies its block (scatter/linear.py)
-        steps = _copied_by(Channel.RECEIVER, steps)
     return steps, None
 
 
@@ -554,7 +553,7 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
                                    block, dtype.itemsize, root, hook)
         if steps is not None and hasattr(mod, "copier"):
             # the module says who copies its receives (binomial broadcast): as its run does
-            who = mod.copier(comm.channel, st.cache)
+            who = mod.copier(comm.channel, st.cache, block * dtype.itemsize)
             if who:
                 steps = _copied_by(who, steps)
         if steps is not None and (tmp_nbytes or 0) <= MAX_TMP_BYTES:

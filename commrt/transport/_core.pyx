@@ -345,6 +345,13 @@ cdef class Engine:
         return self._live().eager_limit
 
     @property
+    def cma_min(self):
+        """Smallest shared-memory message read with process_vm_readv where the
+        receive leaves the copier to the transport (COMMRT_CMA_MIN_BYTES, auto
+        resolved); smaller ones above the eager limit stream through the ring."""
+        return self._live().cma_min
+
+    @property
     def credit_bytes(self):
         """Bytes of unexpected messages this rank holds for each peer (the
         eager credit it grants; COMMRT_UNEXPECTED_BYTES)."""
@@ -933,6 +940,9 @@ cdef class Engine:
                       # large messages from it copied in two halves, its core writing
                       # one (shared) or, its sender busy elsewhere, this one both (alone)
                       "split_copies": {"shared": p.splits_shared, "alone": p.splits_alone},
+                      # messages to it this rank wrote whole into its buffer (its receive's
+                      # copier SENDER: process_vm_writev)
+                      "pushes": p.pushes,
                       # bytes read from each TCP stream (the channel's first, then its lanes)
                       "stream_bytes_recv": [p.rx_raw] + [p.lanes[k].rx_raw
                                                          for k in range(p.nlanes)]}

@@ -387,6 +387,7 @@ cdef int shm_push(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
         return PUSH_SPLIT
     dlist_remove(&p.await_head, r)
     complete(E, r, E_NONE)
+    p.pushes += 1
     send_ctrl(E, p, OP_FIN, h.ctx, h.addr, 0, FIN_PUSHED)
     return PUSH_WRITTEN
 

@@ -291,6 +291,7 @@ cdef struct peer_t:
     bint cma_proven     # a process_vm_readv from this peer has succeeded (split copies need it)
     uint64_t splits_shared  # messages received as split copies whose sender wrote its part
     uint64_t splits_alone   # ... whose sender had not begun: this rank read them whole
+    uint64_t pushes         # messages this rank wrote whole into the peer's buffer (SENDER)
     # --- TCP receive state
     char *rxbuf
     size_t rx_pos

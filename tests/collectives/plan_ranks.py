@@ -448,3 +448,28 @@ def dbtree_mixed(comm, n, general_ranks):
         check(x, want, tol, "dbtree all_reduce")
         out.append(digest(x))
     return out[1:], planned(comm, "all_reduce", n)
+
+
+def scatter_copies(comm, n, root):
+    """At the root, per other rank, the messages it wrote into that rank's buffer
+    (stats' pushes) and the header bytes it sent it in one planned and one
+    general scatter of n float32 a block (after a warm-up that prepares the
+    plan).  Every rank: whether the plan was taken, and the copier the
+    algorithm chose (scatter/linear.copier)."""
+    from commrt.collectives.scatter import linear
+
+    call(comm, "scatter", 1, n, root=root)
+    out = []
+    for general in (False, True):
+        C.barrier(comm)
+        s0 = comm.stats()
+        call(comm, "scatter", 2 + general, n, root=root, general=general)
+        s1 = comm.stats()
+        C.barrier(comm)
+        out.append(None if comm.rank != root else
+                   {q: (s1[q]["pushes"] - s0[q]["pushes"],
+                        s1[q]["header_bytes_sent"] - s0[q]["header_bytes_sent"])
+                    for q in range(comm.size) if q != root})
+    chan = comm.channel
+    return (out, planned(comm, "scatter", n),
+            linear.copier(chan, comm.state["collectives"].cache, 4 * n), chan.cma_min)

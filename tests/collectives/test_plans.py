@@ -71,6 +71,40 @@ def test_large_blocks_on_both_copy_paths(env):
 
 
 @pytest.mark.parametrize("env", [{}, {"COMMRT_CMA": "0"}], ids=["single-copy", "two-copy"])
+def test_scatter_root_writes_the_blocks_where_ranks_crowd_the_cores(env):
+    """Where a host's ranks outnumber its cores (4 ranks on this 2-core host) a
+    scatter's root writes each block below the transport's single-copy
+    threshold into its receiver's buffer (copier SENDER: the receiver takes an
+    RTS and a FIN and sends a CTS, nothing streams); from the threshold up, and
+    where each rank has a core, the receiver reads it (RECEIVER).  The plan and
+    the general path alike; without process_vm_readv/writev (COMMRT_CMA=0)
+    every block streams through the ring whatever the copier.  Seen from the
+    root, per receiver: the block written (its stats' pushes), or not, and
+    streamed (an RTS and a DATA frame per 64 KiB chunk) or not.  Every output
+    is checked against NumPy, from two roots."""
+    from commrt.collectives.cost import _cores
+    from commrt.comm import Channel
+
+    crowded = 4 > _cores()
+    hdr = 64
+    with World(4, transport="shm", env={**ENV, **env}, timeout=120) as w:
+        for n in (1 << 16, 300_000):                    # 256 KiB and 1.2 MB blocks
+            for root in (0, 3):
+                res = w.run(P.scatter_copies, n, root)
+                for r, (_, has_plan, copier, cma_min) in enumerate(res):
+                    writes = crowded and 4 * n < cma_min
+                    assert has_plan and copier == (Channel.SENDER if writes
+                                                   else Channel.RECEIVER), (n, r, copier)
+                for seen in res[root][0]:               # the plan's call, the general one's
+                    for q, (pushes, sent) in seen.items():
+                        streamed = sent >= (1 + min(4, 4 * n // (64 << 10))) * hdr
+                        if env:
+                            assert pushes == 0 and streamed, (n, root, q, seen)
+                        else:
+                            assert pushes == int(writes) and not streamed, (n, root, q, seen)
+
+
+@pytest.mark.parametrize("env", [{}, {"COMMRT_CMA": "0"}], ids=["single-copy", "two-copy"])
 def test_binomial_broadcast_reads_where_ranks_crowd_the_cores(env):
     """The binomial broadcast's receivers read their parent's buffer (copier
     RECEIVER) where the host has 3 ranks or more per core (8 ranks on this

@@ -32,11 +32,11 @@ TIE = 0
 READ_RANKS_PER_CORE = 3
 
 
-def copier(chan, cache):
+def copier(chan, cache, nbytes=None):
     """The copier of this rank's receive (Channel.irecv's), the same on the
     general path and in the plan (plans.prepare): Channel.RECEIVER where this
     host has READ_RANKS_PER_CORE ranks or more of the group per core, else 0
-    (the transport's choice)."""
+    (the transport's choice), whatever the size (nbytes)."""
     c = cache.get("binomial copier")
     if c is None:
         from commrt.collectives.cost import _cores, ranks_on_my_host

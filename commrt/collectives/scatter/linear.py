@@ -1,12 +1,26 @@
 """Linear scatter.
 
 The root sends block i to rank i (all at once, staggered from root+1) and
-copies its own; every other rank receives its block.  A receiver copies
-its block itself (Call.irecv's copier RECEIVER): over shared memory
-straight from the root's buffer at any size, so the root's core copies
-only its own block while the receivers copy theirs, instead of writing
-every block into a ring (two copies, one of them on the root's core,
-below the transport's single-copy threshold).
+copies its own; every other rank receives its block.  Who copies a block
+over shared memory (Call.irecv's copier, ``copier`` below):
+
+* where each rank has a core, the receiver (RECEIVER), straight from the
+  root's buffer: the root's core copies only its own block while the
+  receivers copy theirs, in parallel;
+* where the group's ranks outnumber the host's cores, below the
+  transport's single-copy threshold (Channel.cma_min, 1 MiB there), the
+  root (SENDER, process_vm_writev): one copy a block, all on the root's
+  core, which is running anyway, while a receiver need only be woken to
+  post its buffer and again when its block is in.  Reading needs every
+  receiver on a core to copy while the root waits for all of them.
+  ``bench collectives --kinds scatter --fresh-inputs``, 2 cores, the three
+  alternated three times (2026-12-05, load 0.7-2.5), µs, ranges of the
+  three: N = 3 2 MiB read 292-455, streamed 266-331, written 192-210; N = 4
+  1 MiB 167-201, 135-166, 148-164, 2 MiB 326-537, 377-394, 339-410; N = 6
+  256 KiB 58-59, 54-82, 41-92; N = 8 1 MiB 309-373, 317-387, 304-329.
+  From the threshold up the receivers read, the transport splitting each
+  copy with the root's core (N = 4 16 MiB: read 2.5-3.2 ms, written
+  3.1-3.6).
 Cost: (N-1)·α + (N-1)·K_block·β at the root.  Bytes: the root sends
 (N-1)·|block|; every other rank receives |block|.
 """
@@ -29,11 +43,24 @@ def schedule(n, rank, count, root=0):
              for k in range(1, n)]]
 
 
+def copier(chan, cache, nbytes):
+    """The copier of a receiver's block of nbytes (Channel.irecv's), the same on
+    the general path and in the plan (plans.prepare): SENDER where this host's
+    ranks of the group outnumber its cores and the block is below the
+    transport's single-copy threshold, else RECEIVER (the module's text)."""
+    crowded = cache.get("scatter crowded")
+    if crowded is None:
+        from commrt.collectives.cost import _cores, ranks_on_my_host
+
+        crowded = cache["scatter crowded"] = ranks_on_my_host(chan) > _cores()
+    return Channel.SENDER if crowded and nbytes < chan.cma_min else Channel.RECEIVER
+
+
 def run(call, out, buf, root):
     n, r = call.size, call.rank
     m = out.size
     if r != root:
-        call.recv(out, root, Channel.RECEIVER)
+        call.recv(out, root, copier(call.chan, call.state.cache, out.nbytes))
         return
     for k in range(1, n):
         q = (root + k) % n
