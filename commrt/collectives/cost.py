@@ -405,6 +405,41 @@ def ranks_on_my_host(comm):
     return sum(1 for q in range(comm.size) if comm.host_of(q) == me)
 
 
+def single_copy_min(comm=None):
+    """The transport's single-copy threshold: comm's (Channel.cma_min; comm a
+    Communicator or its Channel), or without one (a model's world with no
+    transport) what COMMRT_CMA_MIN_BYTES gives a host whose ranks outnumber
+    its cores."""
+    got = getattr(getattr(comm, "channel", comm), "cma_min", None)
+    if got is not None:
+        return got
+    from commrt.transport.connect import cma_min_bytes
+
+    return cma_min_bytes(True)
+
+
+def written_where_crowded(chan, cache, nbytes, otherwise):
+    """The copier (Channel.irecv's) of a receive of nbytes whose sender posts its
+    send at once and then only waits (a scatter's root, the peers of a direct
+    all-gather or an all-to-all): Channel.SENDER where this host's ranks of
+    the group outnumber its cores and the message is below the transport's
+    single-copy threshold (chan.cma_min), else `otherwise`.  The sender,
+    waiting for that very message, is on a core or soon will be, and writes
+    it with process_vm_writev; a reading receiver must first get a core of
+    its own while the sender waits for its FIN (2 cores, 2026-12-05: scatter
+    N = 4 1 MiB 167-201 us read, 148-164 written; all-gather direct N = 4
+    256 KiB 63-75 -> 47-48; all-to-all N = 4 1 MiB 373-457 -> 332-372;
+    docs/performance-collectives.md).  From the threshold up the receiver
+    reads, its sender's core copying half (a split read): writing alone was
+    slower there.  Cached per communicator (cache: its state's)."""
+    from commrt.comm import Channel
+
+    crowded = cache.get("crowded")
+    if crowded is None:
+        crowded = cache["crowded"] = ranks_on_my_host(chan) > _cores()
+    return Channel.SENDER if crowded and nbytes < chan.cma_min else otherwise
+
+
 def _pairs(groups):
     """(shared-memory pair or None, network pair or None) that calibrate measures:
     the first two ranks of the first host holding two, and rank 0 with the first

@@ -165,7 +165,8 @@ def _all_gather_bruck(n, r, sched, m, isz, root, hook):
 
 def _all_gather_out(n, r, sched, m, isz, root, hook):
     """direct and ring: positions in out, one's own block copied in first; each
-    receive half of an exchange (all_gather/ring.py, direct.py)."""
+    receive half of an exchange (all_gather/ring.py; direct's then take its
+    module's copier, all_gather/direct.py, applied by prepare)."""
     steps = _copied_by(Channel.EXCHANGE, [_msgs(s, isz, BUF, BUF) for s in sched])
     steps[0].insert(0, _copy(r, BUF, r * m * isz, IN, 0, m * isz))
     return steps, None
@@ -267,8 +268,8 @@ def _reduce_scatter_direct(n, r, sched, m, isz, root, hook):
 
 
 def _all_to_all(n, r, sched, m, isz, root, hook):
-    # each receive half of an exchange (all_to_all/pairwise.py)
-    steps = _copied_by(Channel.EXCHANGE, [_msgs(s, isz, BUF, IN) for s in sched])
+    # (each receive's copier: all_to_all/pairwise.copier, applied by prepare)
+    steps = [_msgs(s, isz, BUF, IN) for s in sched]
     steps[0].insert(0, _copy(r, BUF, r * m * isz, IN, r * m * isz, m * isz))
     return steps, None
 

@@ -81,7 +81,7 @@ def tcp_streams():
     return n
 
 
-def _cma_min_bytes(oversub):
+def cma_min_bytes(oversub):
     """COMMRT_CMA_MIN_BYTES, with auto resolved.  Measured on a 2-core host, both
     directions at once (collectives' pattern): streaming through the ring beat
     process_vm_readv by ~2x at 256 KiB-1 MiB (one message between two idle ranks).
@@ -128,7 +128,7 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
                           oversubscribed=oversub,
                           oversub_spin_max_us=config.get("COMMRT_OVERSUB_SPIN_MAX_US"),
                           progress_delay_us=config.get("COMMRT_PROGRESS_DELAY_US"),
-                          cma_min_bytes=_cma_min_bytes(oversub),
+                          cma_min_bytes=cma_min_bytes(oversub),
                           chunk=config.get("COMMRT_SHM_CHUNK_BYTES"),
                           timeout=config.get("COMMRT_TIMEOUT"),
                           credit_bytes=config.get("COMMRT_UNEXPECTED_BYTES"),

@@ -473,3 +473,27 @@ def scatter_copies(comm, n, root):
     chan = comm.channel
     return (out, planned(comm, "scatter", n),
             linear.copier(chan, comm.state["collectives"].cache, 4 * n), chan.cma_min)
+
+
+def exchange_pushes(comm, kind, n):
+    """Per peer, the messages this rank wrote into that peer's buffer (stats'
+    pushes) in one planned and one general call of kind (all_gather, direct,
+    or all_to_all) with blocks of n float32 (after a warm-up that prepares the
+    plan), whether the plan was taken, and the copier its module chose."""
+    from commrt.collectives.all_gather import direct
+    from commrt.collectives.all_to_all import pairwise
+
+    algo = "direct" if kind == "all_gather" else None
+    call(comm, kind, 1, n, algorithm=algo)
+    out = []
+    for general in (False, True):
+        C.barrier(comm)
+        s0 = comm.stats()
+        call(comm, kind, 2 + general, n, general=general, algorithm=algo)
+        s1 = comm.stats()
+        C.barrier(comm)
+        out.append({q: s1[q]["pushes"] - s0[q]["pushes"] for q in range(comm.size)
+                    if q != comm.rank})
+    mod = direct if kind == "all_gather" else pairwise
+    return (out, planned(comm, kind, n),
+            mod.copier(comm.channel, comm.state["collectives"].cache, 4 * n))

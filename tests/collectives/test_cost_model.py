@@ -347,24 +347,34 @@ def test_a_planned_segment_that_waits_on_a_neighbour_keeps_its_context_switch():
 
 def test_the_direct_all_gathers_further_eager_messages_cost_half_a_step():
     """Each message of direct's one step after its first: half a step where its
-    block goes eagerly (their waits overlap), a whole α where it does not (each
-    its own handshake).  Measured on 2 cores, planned: direct beat the ring at
-    N = 3 and Bruck at N = 4 by 8-17% at 8 B - 16 KiB blocks, lost to the
-    ring at 1 MiB at N = 3 and 4, and to Bruck at N = 8 (2026-12-05)."""
+    block goes eagerly (their waits overlap) or, where ranks outnumber cores,
+    its sender writes it (below the single-copy threshold: their waits overlap
+    too); a whole α where it does not (each its own handshake), as a variable-size
+    direct all-gather's blocks, which stream.  Measured on 2 cores, planned:
+    direct beat the ring at N = 3 and Bruck at N = 4 by 8-17% at 8 B - 16 KiB
+    blocks, and lost to Bruck at N = 8 (2026-12-05); with its blocks written
+    it beat the ring at N = 3 and 4 from 64 KiB to 1 MiB (1 MiB: 191 against
+    219 µs, 245 against 268), where a whole α tied the two and the tie went to
+    the ring.  From the threshold up (1 MiB blocks) the ring was faster."""
     direct = registry.module("all_gather", "direct")
     limit = config.get("COMMRT_EAGER_LIMIT")
+    big = cost.single_copy_min()
     for n in (3, 4, 8):
         p = cost.Params(alpha=3e-6, beta=6e-11, gamma=3.5e-11, mu=3e-11, alpha_busy=7e-6,
                         alpha_plan=2.8e-6, local=n, cores=2, segment=256 << 10)
         q = dataclasses.replace(p, alpha=2.8e-6, alpha_busy=2.8e-6)   # planned
         assert direct.further(q, n, limit) == pytest.approx(q.step(n) / 2)
-        assert direct.further(q, n, limit + 1) == q.alpha
+        assert direct.further(q, n, limit + 1) == q.alpha                  # streamed
+        assert direct.further(q, n, limit + 1, True) == pytest.approx(q.step(n) / 2)
+        assert direct.further(q, n, big, True) == q.alpha                   # read
+        one_core_each = dataclasses.replace(q, cores=n)
+        assert direct.further(one_core_each, n, limit + 1, True) == q.alpha
         world = _World(n)
         pick = {k: cost.cheapest(cost.predict("all_gather", world, k, p))
-                for k in (8 * n, 1024 * n, 1 << 20)}
+                for k in (8 * n, 1024 * n, 1 << 20, big * n)}
         assert pick[8 * n] == pick[1024 * n] == ("direct" if n < 8 else "bruck"), pick
         if n < 8:
-            assert pick[1 << 20] == "ring", pick
+            assert pick[1 << 20] == "direct" and pick[big * n] == "ring", pick
 
 
 def test_hierarchical_pays_for_its_three_calls_and_two_hand_offs():

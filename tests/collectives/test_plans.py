@@ -104,6 +104,29 @@ def test_scatter_root_writes_the_blocks_where_ranks_crowd_the_cores(env):
                             assert pushes == int(writes) and not streamed, (n, root, q, seen)
 
 
+@pytest.mark.parametrize("kind", ["all_gather", "all_to_all"])
+def test_exchanges_write_their_blocks_where_ranks_crowd_the_cores(kind):
+    """The direct all-gather's and the all-to-all's senders write each block below
+    the single-copy threshold into its receiver's buffer where a host's ranks
+    outnumber its cores (4 ranks on this 2-core host: stats' pushes, one per
+    peer), and their receivers read it (copier EXCHANGE) from the threshold up
+    and where each rank has a core; the plan and the general path alike, every
+    output checked against NumPy."""
+    from commrt.collectives.cost import _cores
+    from commrt.comm import Channel
+
+    crowded = 4 > _cores()
+    with World(4, transport="shm", env=ENV, timeout=120) as w:
+        for n in (1 << 16, 300_000):                    # 256 KiB and 1.2 MB blocks
+            res = w.run(P.exchange_pushes, kind, n)
+            for r, (seen, has_plan, copier) in enumerate(res):
+                writes = crowded and 4 * n < (1 << 20)
+                assert has_plan and copier == (Channel.SENDER if writes
+                                               else Channel.EXCHANGE), (kind, n, r, copier)
+                for pushes in seen:                     # the plan's call, the general one's
+                    assert all(v == int(writes) for v in pushes.values()), (kind, n, r, seen)
+
+
 @pytest.mark.parametrize("env", [{}, {"COMMRT_CMA": "0"}], ids=["single-copy", "two-copy"])
 def test_binomial_broadcast_reads_where_ranks_crowd_the_cores(env):
     """The binomial broadcast's receivers read their parent's buffer (copier

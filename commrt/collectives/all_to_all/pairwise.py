@@ -2,15 +2,18 @@
 
 Post the N-1 receives (block from rank q into out[q]), then send block r+k
 to rank r+k for k = 1 .. N-1 (staggered so that no rank is every rank's
-first target), and copy one's own block.  Every rank reads its blocks from
-its peers' buffers (Call.irecv's copier EXCHANGE: where ranks share cores,
-and with a core each from 512 KiB blocks): over shared memory one copy per
-block, on its receiver's core, where a stream through a ring costs two on
-cores that also send (freshly written blocks, 1 MiB: N = 4 on 2 cores 487
--> 424 us, N = 2 85 -> 69 us).
+first target), and copy one's own block.  Over shared memory each block moves
+in one copy where a stream through a ring costs two on cores that also send
+(``copier``): where ranks outnumber cores its sender writes it below the
+single-copy threshold (SENDER: N = 4 on 2 cores, freshly written, 1 MiB
+373-457 -> 332-372 us against the receiver's reads, N = 3 290-368 ->
+256-275; cost.written_where_crowded); its receiver reads it from there up,
+and with a core each from 512 KiB blocks (EXCHANGE; reading took N = 4 1
+MiB 487 -> 424 us, N = 2 85 -> 69 us against streaming).
 Cost: (N-1)·(α + |block|·β), the messages in flight together.
 Bytes sent per rank: (N-1)·|block|.
 """
+from commrt.collectives.cost import written_where_crowded
 from commrt.collectives.registry import Msg
 from commrt.comm import Channel
 
@@ -29,10 +32,17 @@ def schedule(n, rank, count, root=0):
                for k in range(1, n)]]
 
 
+def copier(chan, cache, nbytes):
+    """The copier of each receive of an nbytes block, the general path's and the
+    plan's (plans.prepare): the module's text."""
+    return written_where_crowded(chan, cache, nbytes, Channel.EXCHANGE)
+
+
 def run(call, out, buf):
     n, r = call.size, call.rank
     m = buf.size // n
-    rvs = [call.irecv(out[q * m:(q + 1) * m], q, Channel.EXCHANGE) for q in range(n) if q != r]
+    who = copier(call.chan, call.state.cache, m * buf.itemsize)
+    rvs = [call.irecv(out[q * m:(q + 1) * m], q, who) for q in range(n) if q != r]
     for k in range(1, n):
         q = (r + k) % n
         call.isend(buf[q * m:(q + 1) * m], q)

@@ -24,6 +24,7 @@ over shared memory (Call.irecv's copier, ``copier`` below):
 Cost: (N-1)·α + (N-1)·K_block·β at the root.  Bytes: the root sends
 (N-1)·|block|; every other rank receives |block|.
 """
+from commrt.collectives.cost import written_where_crowded
 from commrt.collectives.registry import Msg
 from commrt.comm import Channel
 
@@ -48,12 +49,7 @@ def copier(chan, cache, nbytes):
     the general path and in the plan (plans.prepare): SENDER where this host's
     ranks of the group outnumber its cores and the block is below the
     transport's single-copy threshold, else RECEIVER (the module's text)."""
-    crowded = cache.get("scatter crowded")
-    if crowded is None:
-        from commrt.collectives.cost import _cores, ranks_on_my_host
-
-        crowded = cache["scatter crowded"] = ranks_on_my_host(chan) > _cores()
-    return Channel.SENDER if crowded and nbytes < chan.cma_min else Channel.RECEIVER
+    return written_where_crowded(chan, cache, nbytes, Channel.RECEIVER)
 
 
 def run(call, out, buf, root):
