@@ -335,6 +335,10 @@ def interrupted_recv_loses_nothing(comm):
         comm.send(np.full(4, 5.0), 0, 3)
         return None
     buf = np.zeros(4)
+    # Ctrl-C raises KeyboardInterrupt as in a foreground process: a job started
+    # in the background by a shell without job control inherits SIGINT ignored
+    # (the suite run as `bash script &` failed here after 20 s)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     try:
         comm.recv(buf, 1, 3, timeout=20)
