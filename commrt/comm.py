@@ -57,7 +57,8 @@ class Channel:
                                    collectives keep their per-communicator state
         host_of(q), transport_of(q), world_rank(q)
         cma_min                    the transport's single-copy threshold (a receive
-                                   with copier 0 reads from this size, streams below)
+                                   with copier 0 reads from this size, streams below);
+                                   Channel.default_cma_min(crowded) without one
         parent                     the channel of the communicator this one was
                                    derived from, or None (cost parameters are shared)
         isend(buf, dst, tag, meta, meta2) -> Request   (meta, meta2: the two header
@@ -114,6 +115,15 @@ class Channel:
         """The transport's single-copy threshold (Engine.cma_min): from this size a
         shared-memory message whose receive leaves the copier to it is read."""
         return self._coll._engine.cma_min
+
+    @staticmethod
+    def default_cma_min(crowded):
+        """The threshold the transport would set on a host whose ranks outnumber
+        its cores (crowded) or not (COMMRT_CMA_MIN_BYTES, auto resolved), for
+        a model with no communicator."""
+        from commrt.transport.connect import cma_min_bytes    # (as build_engine: on use)
+
+        return cma_min_bytes(crowded)
 
     def world_rank(self, q):
         return self._comm.world_rank(q)

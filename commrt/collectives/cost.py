@@ -410,12 +410,10 @@ def single_copy_min(comm=None):
     Communicator or its Channel), or without one (a model's world with no
     transport) what COMMRT_CMA_MIN_BYTES gives a host whose ranks outnumber
     its cores."""
-    got = getattr(getattr(comm, "channel", comm), "cma_min", None)
-    if got is not None:
-        return got
-    from commrt.transport.connect import cma_min_bytes
+    from commrt.comm import Channel
 
-    return cma_min_bytes(True)
+    got = getattr(getattr(comm, "channel", comm), "cma_min", None)
+    return Channel.default_cma_min(True) if got is None else got
 
 
 def written_where_crowded(chan, cache, nbytes, otherwise):

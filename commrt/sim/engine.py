@@ -73,7 +73,7 @@ that stays in cache, instead of copying it) costs per byte beyond the
 plain copy, for algorithms whose combines all do (the modules' ``LANDS``),
 where otherwise a combine costs the copy and then γ per byte: measured as
 the same exchange chain with and without the combine, about nothing up to
-1 MiB and a third of γ_mem beyond, here.
+1 MiB and 20-75 ps/B beyond (γ_mem 69), here.
 
 The symmetry shortcut (``uniform``; exact, not an approximation): where
 every rank provably follows rank 0's timeline, only rank 0 is run.  The

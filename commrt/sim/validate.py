@@ -178,9 +178,8 @@ def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3, chained=False, 
 
         hook = combine_address("sum", np.dtype(np.float32))
     for k in sizes:
-        a, b = np.ones(k, np.uint8), np.zeros(k, np.uint8)
-        if land:
-            a, b = np.ones(k // 4, np.float32), np.zeros(k // 4, np.float32)
+        dt, count = (np.float32, k // 4) if land else (np.uint8, k)
+        a, b = np.ones(count, dt), np.zeros(count, dt)
 
         def lap():
             for dst, src in pairs:
