@@ -176,9 +176,11 @@ def _all_gather_out(n, r, sched, m, isz, root, hook):
 # all_to_allv's matrix), positions in out as their schedules give them
 def _all_gatherv(n, r, sched, counts, isz, root, hook):
     """direct and ring: one's own block copied into out first, the sends read it
-    there (the direct one's general path sends buf: the same bytes)."""
+    there (the direct one's general path sends buf: the same bytes); each
+    receive half of an exchange, as all_gather's (_all_gather_out; direct's
+    then take its module's copier, by each block's size, applied by prepare)."""
     offs = offsets(counts)
-    steps = [_msgs(s, isz, BUF, BUF) for s in sched]
+    steps = _copied_by(Channel.EXCHANGE, [_msgs(s, isz, BUF, BUF) for s in sched])
     steps[0].insert(0, _copy(r, BUF, offs[r] * isz, IN, 0, counts[r] * isz))
     return steps, None
 
@@ -186,12 +188,14 @@ def _all_gatherv(n, r, sched, counts, isz, root, hook):
 def _gatherv(n, r, sched, counts, isz, root, hook):
     steps = [_msgs(s, isz, BUF, IN) for s in sched]
     if r == root:
+        steps = _copied_by(Channel.SENDER, steps)     # the senders write (as _gather)
         offs = offsets(counts)
         steps[0].append(_copy(r, BUF, offs[r] * isz, IN, 0, counts[r] * isz))
     return steps, None
 
 
 def _scatterv(n, r, sched, counts, isz, root, hook):
+    """(a receiver's copier: scatter/linear.copier, applied by prepare)"""
     steps = [_msgs(s, isz, BUF, IN) for s in sched]
     if r == root:
         offs = offsets(counts)
@@ -200,6 +204,8 @@ def _scatterv(n, r, sched, counts, isz, root, hook):
 
 
 def _all_to_allv(n, r, sched, counts, isz, root, hook):
+    """(each receive's copier: all_to_all/pairwise.copier by its block's size,
+    applied by prepare)"""
     so = offsets(counts[r])
     ro = offsets([counts[q][r] for q in range(n)])
     steps = [_msgs(s, isz, BUF, IN) for s in sched]
@@ -390,6 +396,19 @@ def _copied_by(copier, steps):
     return [[_with_copier(msg, copier) if msg[0] == RECV else msg for msg in s] for s in steps]
 
 
+def _copied_each(who, steps):
+    """Each receive of steps with the copier who(its bytes) names; 0 leaves the
+    receive as the layout made it (the transport's choice, or the layout's)."""
+    out = []
+    for s in steps:
+        step = []
+        for msg in s:
+            copier = who(msg[4]) if msg[0] == RECV else 0
+            step.append(_with_copier(msg, copier) if copier else msg)
+        out.append(step)
+    return out
+
+
 def _whole_buffer_fits(buf, red):
     """Whether a whole-buffer all-reduce plan (recursive doubling's beyond powers of
     two, the tree's) can run on buf: a C combine loop, a dtype on the wire, a
@@ -553,10 +572,10 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
         steps, tmp_nbytes = layout(n, r, _schedule(mod, n, r, sched_count, root, dtype.itemsize),
                                    block, dtype.itemsize, root, hook)
         if steps is not None and hasattr(mod, "copier"):
-            # the module says who copies its receives (binomial broadcast): as its run does
-            who = mod.copier(comm.channel, st.cache, block * dtype.itemsize)
-            if who:
-                steps = _copied_by(who, steps)
+            # the module says who copies each receive, by its size (a variable-size
+            # collective's differ): as its run does
+            steps = _copied_each(lambda nbytes: mod.copier(comm.channel, st.cache, nbytes),
+                                 steps)
         if steps is not None and (tmp_nbytes or 0) <= MAX_TMP_BYTES:
             tmp = None if tmp_nbytes is None else np.empty(tmp_nbytes, np.uint8)
             avg = op is not None and op.name == "AVG"

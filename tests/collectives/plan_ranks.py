@@ -497,3 +497,30 @@ def exchange_pushes(comm, kind, n):
     mod = direct if kind == "all_gather" else pairwise
     return (out, planned(comm, kind, n),
             mod.copier(comm.channel, comm.state["collectives"].cache, 4 * n))
+
+
+def v_copies(comm, kind, algo, n, root=0):
+    """What this rank sent each other rank in one planned and one general call of
+    a variable-size kind (blocks of n + q float32, as _vcall's; after a warm-up
+    that prepares the plan): per peer, (messages written into its buffer: stats'
+    pushes, header bytes, messages).  Also whether the plan was taken, the
+    copier of each receive in the plan ({peer: copier}), and the single-copy
+    threshold."""
+    from commrt.collectives.plans import RECV
+
+    call(comm, kind, 1, n, root=root, algorithm=algo)
+    out = []
+    for general in (False, True):
+        C.barrier(comm)
+        s0 = comm.stats()
+        call(comm, kind, 2 + general, n, root=root, general=general, algorithm=algo)
+        s1 = comm.stats()
+        C.barrier(comm)
+        out.append({q: tuple(s1[q][k] - s0[q][k] for k in ("pushes", "header_bytes_sent",
+                                                           "msgs_sent"))
+                    for q in range(comm.size) if q != comm.rank})
+    plan = [p for p in comm.state["collectives"].small.values()
+            if isinstance(p, SchedPlan) and p.kind == kind]
+    copiers = {m[1]: (m[8] if len(m) > 8 else 0) for p in plan for s in p.steps for m in s
+               if m[0] == RECV}
+    return out, bool(plan), copiers, comm.channel.cma_min

@@ -127,6 +127,78 @@ def test_exchanges_write_their_blocks_where_ranks_crowd_the_cores(kind):
                     assert all(v == int(writes) for v in pushes.values()), (kind, n, r, seen)
 
 
+def _v_block_bytes(kind, n, src, dst):
+    """Bytes of the block rank src sends rank dst in plan_ranks._vcall's calls."""
+    if kind == "scatterv":
+        return 4 * (n + dst)
+    if kind == "all_to_allv":
+        return 4 * (n + (src + 2 * dst) % 3)
+    return 4 * (n + src)
+
+
+def _sibling_copier(kind, algo, nbytes, crowded, cma_min):
+    """The copier the fixed-size sibling of kind/algo gives a receive of nbytes."""
+    from commrt.comm import Channel
+
+    written = crowded and nbytes < cma_min
+    if kind == "gatherv":
+        return Channel.SENDER
+    if kind == "scatterv":
+        return Channel.SENDER if written else Channel.RECEIVER
+    if algo == "ring":
+        return Channel.EXCHANGE
+    return Channel.SENDER if written else Channel.EXCHANGE
+
+
+@pytest.mark.parametrize("env", [{}, {"COMMRT_CMA": "0"}], ids=["single-copy", "two-copy"])
+@pytest.mark.parametrize("kind,algo", [("scatterv", "linear"), ("gatherv", "linear"),
+                                       ("all_gatherv", "direct"), ("all_gatherv", "ring"),
+                                       ("all_to_allv", "pairwise")])
+def test_variable_size_collectives_copy_as_their_fixed_size_siblings(kind, algo, env):
+    """Each block of a variable-size collective moves as the same block of its
+    fixed-size sibling would, by its own size: a scatterv's root, a direct
+    all_gatherv's and an all_to_allv's senders write it below the single-copy
+    threshold where a host's ranks outnumber its cores (4 ranks on this 2-core
+    host), else its receiver reads it; a gatherv's senders always write theirs;
+    a ring all_gatherv's receivers read (copier EXCHANGE).  Seen in the plan's
+    receives and, on the plan and the general path alike, from each sender:
+    the messages written into the peer's buffer (stats' pushes), and whether
+    they streamed through the ring (a header per 64 KiB chunk) or not.  Without
+    process_vm_readv/writev (COMMRT_CMA=0) every block streams.  Every output is
+    checked against NumPy."""
+    from commrt.collectives.cost import _cores
+    from commrt.comm import Channel
+
+    crowded = 4 > _cores()
+    with World(4, transport="shm", env={**ENV, **env}, timeout=120) as w:
+        for n in (1 << 16, 300_000):                    # 256 KiB and 1.2 MB blocks
+            res = w.run(P.v_copies, kind, algo, n, 0)
+            cma_min = res[0][3]
+            for dst, (_, has_plan, copiers, _) in enumerate(res):
+                assert has_plan, (kind, algo, n, dst)
+                for src, got in copiers.items():
+                    want = _sibling_copier(kind, algo, _v_block_bytes(kind, n, src, dst),
+                                           crowded, cma_min)
+                    assert got == want, (kind, algo, n, src, dst, got, want)
+            for src, (seen, _, _, _) in enumerate(res):
+                for q, per_call in [(q, [s[q] for s in seen]) for q in range(4) if q != src]:
+                    for pushes, hdr, msgs in per_call:   # the plan's call, the general one's
+                        if not msgs:
+                            continue
+                        who = res[q][2][src]
+                        nbytes = _v_block_bytes(kind, n, src, q)
+                        streamed = hdr >= msgs * 5 * 64
+                        reads = crowded or nbytes >= cma_min // 4
+                        if env:
+                            assert pushes == 0 and streamed, (kind, n, src, q, seen)
+                        elif who == Channel.SENDER:
+                            assert pushes == msgs and not streamed, (kind, n, src, q, seen)
+                        else:
+                            assert pushes == 0, (kind, n, src, q, seen)
+                            assert streamed == (who == Channel.EXCHANGE and not reads), \
+                                (kind, n, src, q, who, seen)
+
+
 @pytest.mark.parametrize("env", [{}, {"COMMRT_CMA": "0"}], ids=["single-copy", "two-copy"])
 def test_binomial_broadcast_reads_where_ranks_crowd_the_cores(env):
     """The binomial broadcast's receivers read their parent's buffer (copier

@@ -2,14 +2,17 @@
 
 Copy one's block into out; receive every other rank's block straight into
 its place in out and send one's own block to every other rank, all at once
-(to r+k, from r-k, k = 1 .. N-1).
+(to r+k, from r-k, k = 1 .. N-1).  Each block is copied as the direct
+all-gather's (``copier``, all_gather/direct.py: its sender writes it below the
+single-copy threshold where ranks crowd the cores, else its receiver reads
+it), by its own size.
 Cost: α_busy + (N-2)·α' + (K - |own block|)·β (K = bytes of out), α' each
 message after the step's first (all_gather/direct.py's ``further``, the
 mean block's size).
 Bytes sent per rank: (N-1)·|own block|.
 """
 from commrt.collectives.chunking import offsets
-from commrt.collectives.all_gather.direct import further
+from commrt.collectives.all_gather.direct import copier, further
 from commrt.collectives.registry import Msg
 
 TIE = 0
@@ -18,7 +21,7 @@ TIE = 0
 def cost(n, nbytes, p, comm=None):
     if n == 1:
         return 0.0
-    return (p.step(n) + (n - 2) * further(p, n, nbytes / n)
+    return (p.step(n) + (n - 2) * further(p, n, nbytes / n, True, comm)
             + (n - 1) * nbytes / n * p.beta * p.rho(n))
 
 
@@ -38,7 +41,8 @@ def run(call, out, buf, counts):
     rvs = []
     for k in range(1, n):
         q = (r - k) % n
-        rvs.append(call.irecv(out[offs[q]:offs[q + 1]], q))
+        block = out[offs[q]:offs[q + 1]]
+        rvs.append(call.irecv(block, q, copier(call.chan, call.state.cache, block.nbytes)))
     for k in range(1, n):
         call.isend(buf, (r + k) % n)
     call.waitall(rvs)

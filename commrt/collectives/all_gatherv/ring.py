@@ -2,12 +2,14 @@
 
 Copy one's block into out; at step s send block r-s to the right and
 receive block r-s-1 from the left straight into its place in out (N-1
-steps).
+steps), each receive half of an exchange (copier EXCHANGE, as
+all_gather/ring.py's).
 Cost: (N-1)·α + (K - |own block|)·β, the largest block setting each step.
 Bytes sent per rank: K - |block r+1|.
 """
 from commrt.collectives.chunking import offsets
 from commrt.collectives.registry import Msg
+from commrt.comm import Channel
 
 TIE = 1
 
@@ -43,7 +45,7 @@ def run(call, out, buf, counts):
     rvs = []
     for s in range(n - 1):
         c = (r - s - 1) % n
-        rvs.append(call.irecv(out[offs[c]:offs[c + 1]], left))
+        rvs.append(call.irecv(out[offs[c]:offs[c + 1]], left, Channel.EXCHANGE))
     call.isend(out[offs[r]:offs[r + 1]], right)
     for s in range(n - 1):
         call.wait(rvs[s])

@@ -3,11 +3,15 @@
 Post the N-1 receives (recv_counts[q] elements from rank q into its place in
 out), send send_counts[q] elements to each rank q = r+k, k = 1 .. N-1
 (staggered so no rank is everyone's first target), copy one's own block.
-Empty blocks are sent too: counts that disagree are a size mismatch.
+Empty blocks are sent too: counts that disagree are a size mismatch.  Each
+block is copied as an all-to-all's (``copier``, all_to_all/pairwise.py: its
+sender writes it below the single-copy threshold where ranks crowd the
+cores, else its receiver reads it), by its own size.
 Cost: (N-1)·α + max(bytes in, bytes out)·β.  Bytes sent per rank: the sum
 of send_counts less one's own.
 """
 from commrt.collectives.chunking import offsets
+from commrt.collectives.all_to_all.pairwise import copier
 from commrt.collectives.registry import Msg
 
 
@@ -30,7 +34,10 @@ def schedule(n, rank, counts, root=0):
 def run(call, out, buf, send_counts, recv_counts):
     n, r = call.size, call.rank
     so, ro = offsets(send_counts), offsets(recv_counts)
-    rvs = [call.irecv(out[ro[q]:ro[q + 1]], q) for q in range(n) if q != r]
+    cache = call.state.cache
+    rvs = [call.irecv(out[ro[q]:ro[q + 1]], q,
+                      copier(call.chan, cache, (ro[q + 1] - ro[q]) * out.itemsize))
+           for q in range(n) if q != r]
     for k in range(1, n):
         q = (r + k) % n
         call.isend(buf[so[q]:so[q + 1]], q)

@@ -2,12 +2,14 @@
 
 The root posts all N-1 receives at once, each into its block of out, and
 copies its own; every other rank sends its one block (an empty one too, so
-a count that disagrees is a size mismatch, not a hang).
+a count that disagrees is a size mismatch, not a hang).  The senders write
+their blocks into out, as a gather's (gather/linear.py: copier SENDER).
 Cost at the root: (N-1)·α + (K - |own|)·β.  Bytes: non-roots send their
 block.
 """
 from commrt.collectives.chunking import offsets
 from commrt.collectives.registry import Msg
+from commrt.comm import Channel
 
 
 def cost(n, nbytes, p, comm=None):
@@ -31,6 +33,7 @@ def run(call, buf, out, counts, root):
         call.isend(buf, root)
         return
     offs = offsets(counts)
-    rvs = [call.irecv(out[offs[q]:offs[q + 1]], q) for q in range(n) if q != root]
+    rvs = [call.irecv(out[offs[q]:offs[q + 1]], q, Channel.SENDER)
+           for q in range(n) if q != root]
     out[offs[root]:offs[root + 1]] = buf
     call.waitall(rvs)

@@ -1,12 +1,16 @@
 """Linear scatterv.
 
 The root sends block q to rank q (all at once, staggered from root+1) and
-copies its own; every other rank receives its block into out.
+copies its own; every other rank receives its block into out, copied as a
+scatter's (``copier``, scatter/linear.py: its root writes a block below the
+single-copy threshold where ranks crowd the cores, else the receiver reads
+it), by the receiver's own block size.
 Cost at the root: (N-1)·α + (K - |own|)·β.  Bytes: the root sends every
 block but its own.
 """
 from commrt.collectives.chunking import offsets
 from commrt.collectives.registry import Msg
+from commrt.collectives.scatter.linear import copier
 
 
 def cost(n, nbytes, p, comm=None):
@@ -27,7 +31,7 @@ def schedule(n, rank, counts, root=0):
 def run(call, out, buf, counts, root):
     n, r = call.size, call.rank
     if r != root:
-        call.recv(out, root)
+        call.recv(out, root, copier(call.chan, call.state.cache, out.nbytes))
         return
     offs = offsets(counts)
     for k in range(1, n):
