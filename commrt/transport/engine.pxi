@@ -285,7 +285,15 @@ cdef inline void take_credit(eng_t *E, peer_t *p, uint32_t credit) noexcept nogi
 
 
 cdef inline bint charge(eng_t *E, peer_t *p, hdr_t *h) noexcept nogil:
-    """An EAGER or RTS arrived: the peer spent credit on it.  False: it overspent."""
+    """An EAGER or RTS arrived: the peer spent credit on it.  False: it overspent,
+    or announced an EAGER longer than the whole credit (no sender may: the
+    length comes off the wire, and one near 2**64 wrapped both msg_cost, which
+    then let it pass, and the unexpected message's block size in new_umsg, so a
+    TCP payload streamed past a block of a few bytes)."""
+    if h.opcode == OP_EAGER and h.nbytes > E.credit_bytes:
+        peer_lost(E, p, E_PEER_LOST, b"protocol error: an EAGER message longer than the "
+                                     b"credit granted to its sender")
+        return False
     p.rx_used += msg_cost(h)
     if p.rx_used > <int64_t>E.credit_bytes:
         peer_lost(E, p, E_PEER_LOST, b"protocol error: the peer sent more unexpected-message "

@@ -189,6 +189,11 @@ cdef inline void free_umsg(eng_t *E, umsg_t *u) noexcept nogil:
 
 
 cdef umsg_t *new_umsg(eng_t *E, hdr_t *h, int src, bint with_data) noexcept nogil:
+    """A held message (NULL: no memory).  Callers bound h.nbytes (charge: at most
+    the credit); the check here keeps the block's size from wrapping whatever
+    a caller forgets."""
+    if with_data and h.nbytes > (<uint64_t>1 << 48):
+        return NULL
     cdef uint64_t n = sizeof(umsg_t) + (h.nbytes if with_data else 0)
     cdef umsg_t *u = <umsg_t *>pool_get(E, n)
     if u == NULL:

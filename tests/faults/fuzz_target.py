@@ -296,7 +296,13 @@ class Target:
             return True
         if self.kind == "lane" and h["opcode"] not in (OPCODES["DATA"], OPCODES["BYE"]):
             return True                     # an extra stream carries only these
-        return not pad and (h["src"] != rank or h["seq"] != self.first_seq())
+        if pad:
+            return False
+        if h["src"] != rank or h["seq"] != self.first_seq():
+            return True
+        # longer than the credit the engine grants: no sender may send it (on shared
+        # memory it overruns the ring as well)
+        return h["opcode"] == OPCODES["EAGER"] and h["nbytes"] > self.eng.credit_bytes
 
     def first_seq(self):
         """The sequence number the case's first frame must carry: the set-up sent

@@ -8,7 +8,8 @@ takes the frames (as messages, truncation errors, an abort...) or it drops
 the peer with a reason; either way the requests involving that peer end in
 a commrt error or stay pending, and the engine's other peer (the witness)
 still delivers a valid message intact.  A frame whose header is plainly not
-commrt's (magic, version, opcode, source, sequence) must drop the peer.
+commrt's (magic, version, opcode, source, sequence), or an EAGER longer than
+the credit the engine grants, must drop the peer.
 """
 import random
 
@@ -160,6 +161,25 @@ def test_a_well_formed_abort_poisons_its_context(driver):
     assert v["lost"] is None and v["poisoned"], v
     assert v["requests"]["recv-small"] == "PeerLostError", v      # code 3: PEER_LOST, rank 1
     assert v["witness"] == "ok" and not v["defects"], v
+
+
+# EAGER lengths whose sums wrapped around (an unexpected message's block of
+# sizeof(umsg_t) + nbytes bytes; its credit cost MSG_COST + nbytes as int64):
+# the TCP engine allocated a few bytes and streamed the payload past them
+HUGE_EAGERS = {"2**64-1": (1 << 64) - 1, "2**64-16": (1 << 64) - 16, "2**63": 1 << 63,
+               "2**63+256": (1 << 63) + 256}
+
+
+@pytest.mark.parametrize("what", sorted(HUGE_EAGERS))
+def test_an_eager_message_longer_than_the_credit_is_refused(driver, what):
+    """An EAGER frame that announces more bytes than the credit the engine granted
+    (a sender may never send one) drops its sender as a protocol error before
+    anything is allocated for it, matched by no receive (tag 9) or by one; the
+    engine's other peer is unharmed."""
+    for tag in (9, 5):
+        v = driver.run(_one(opcode=OP["EAGER"], tag=tag, nbytes=HUGE_EAGERS[what]))
+        assert v["lost"] is not None and "protocol error" in v["lost"], (tag, v)
+        assert v["witness"] == "ok" and not v["defects"], (tag, v)
 
 
 def test_random_and_mutated_frames_are_refused_cleanly(driver):
