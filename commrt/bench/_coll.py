@@ -50,9 +50,36 @@ import numpy as np
 SLICES = 5
 KINDS = ("broadcast", "reduce", "gather", "scatter", "all_gather", "reduce_scatter",
          "all_to_all", "barrier", "all_reduce")
+# The variable-size collectives (not in "all"; --kinds v names them): rank q's
+# block holds block - q elements (at least 1), all_to_allv's block from rank s to
+# rank d block - (s + d) mod N, so no two ranks' counts agree; sizes count as the
+# fixed-size sibling's (all_gatherv and gatherv the output, scatterv the input,
+# all_to_allv each buffer), less those few elements.
+VKINDS = ("all_gatherv", "gatherv", "scatterv", "all_to_allv")
 
 
-def _buffers(kind, nbytes, size):
+def v_counts(kind, nbytes, size):
+    """The counts of a variable-size kind at nbytes: a list (rank q's block), or for
+    all_to_allv the matrix [src][dst]."""
+    block = max(1, max(1, nbytes // 4) // size)
+    if kind == "all_to_allv":
+        return [[max(1, block - (s + d) % size) for d in range(size)] for s in range(size)]
+    return [max(1, block - q) for q in range(size)]
+
+
+def _v_buffers(kind, nbytes, size, rank):
+    c = v_counts(kind, nbytes, size)
+    if kind == "all_to_allv":
+        return (np.zeros(sum(c[s][rank] for s in range(size)), np.float32),
+                np.zeros(sum(c[rank]), np.float32))
+    if kind == "scatterv":
+        return np.zeros(c[rank], np.float32), np.zeros(sum(c), np.float32)
+    return np.zeros(sum(c), np.float32), np.zeros(c[rank], np.float32)
+
+
+def _buffers(kind, nbytes, size, rank=0):
+    if kind in VKINDS:
+        return _v_buffers(kind, nbytes, size, rank)
     count = max(1, nbytes // 4)
     block = max(1, count // size)
     if kind in ("all_gather", "gather"):
@@ -66,8 +93,21 @@ def _buffers(kind, nbytes, size):
     return None, np.zeros(count, np.float32)
 
 
-def _checked(kind, r, n, out, buf):
+def _v_checked(kind, r, n, out, c):
+    """_checked for the variable-size kinds (c: their counts)."""
+    if kind == "scatterv":
+        return np.all(out == r + 1)
+    if kind == "all_to_allv":               # the block from rank q holds q*n + r
+        want = np.concatenate([np.full(c[q][r], q * n + r, np.float32) for q in range(n)])
+        return np.array_equal(out, want)
+    want = np.concatenate([np.full(c[q], q + 1, np.float32) for q in range(n)])
+    return (kind == "gatherv" and r != 0) or np.array_equal(out, want)
+
+
+def _checked(kind, r, n, out, buf, counts=None):
     """Whether the output of one call (inputs as _check sets them) is right on rank r."""
+    if kind in VKINDS:
+        return _v_checked(kind, r, n, out, counts)
     blocks = np.arange(1, n + 1, dtype=np.float32)[:, None]
     if kind == "all_reduce":
         return np.all(buf == n * (n + 1) / 2)
@@ -90,14 +130,19 @@ def _checked(kind, r, n, out, buf):
 
 def _check(ops, kind, algo, out, buf):
     r, n = ops.rank, ops.size
+    c = getattr(ops, "counts", None)
     if kind == "scatter":                   # root's block j holds j + 1
         buf.reshape(n, -1)[...] = np.arange(1, n + 1, dtype=np.float32)[:, None]
     elif kind == "all_to_all":              # block j holds r*n + j
         buf.reshape(n, -1)[...] = (r * n + np.arange(n, dtype=np.float32))[:, None]
+    elif kind == "scatterv":
+        buf[...] = np.concatenate([np.full(c[q], q + 1, np.float32) for q in range(n)])
+    elif kind == "all_to_allv":
+        buf[...] = np.concatenate([np.full(c[r][d], r * n + d, np.float32) for d in range(n)])
     else:
         buf[...] = r + 1
     ops.run(kind, algo, out, buf)
-    ok = _checked(kind, r, n, out, buf)
+    ok = _checked(kind, r, n, out, buf, c)
     if ops.agree(0.0 if ok else 1.0) != 0.0:
         raise AssertionError(f"{kind} {algo}: wrong result on some rank")
 
@@ -112,6 +157,8 @@ def measure(ops, spec):
 def _measure(ops, spec):
     rows = []
     for kind in spec.get("kinds") or [spec["kind"]]:
+        if kind in getattr(ops, "unsupported", ()):
+            continue                        # a peer without this collective: no row
         algos = spec["algos"]
         if isinstance(algos, dict):
             algos = algos[kind]
@@ -136,7 +183,9 @@ def _measure_kind(ops, spec, kind, algos, sizes):
     slices = max(1, spec.get("slices", SLICES))
     out_rows = []
     for nbytes in sizes:
-        out, buf = _buffers(kind, nbytes, ops.size)
+        out, buf = _buffers(kind, nbytes, ops.size, ops.rank)
+        # a variable-size kind's counts at this size, for the backend's run
+        ops.counts = v_counts(kind, nbytes, ops.size) if kind in VKINDS else None
         iters = {}
         chose = None
         for algo in algos:
@@ -242,7 +291,9 @@ class CommrtOps:
     def run(self, kind, algo, out, buf):
         C, comm = self.C, self.comm
         a = None if algo == "auto" else algo
-        if kind == "all_reduce":
+        if kind in VKINDS:
+            self._run_v(kind, a, out, buf)
+        elif kind == "all_reduce":
             C.all_reduce(comm, buf, "SUM", a)
         elif kind == "broadcast":
             C.broadcast(comm, buf, 0, algorithm=a)
@@ -260,6 +311,18 @@ class CommrtOps:
             C.barrier(comm)
         else:
             C.reduce_scatter(comm, out, buf, "SUM", algorithm=a)
+
+    def _run_v(self, kind, a, out, buf):
+        C, comm, c, root = self.C, self.comm, self.counts, self.rank == 0
+        if kind == "all_gatherv":
+            C.all_gatherv(comm, out, buf, c, algorithm=a)
+        elif kind == "gatherv":
+            C.gatherv(comm, buf, out if root else None, c if root else None, 0, algorithm=a)
+        elif kind == "scatterv":
+            C.scatterv(comm, out, buf if root else None, c if root else None, 0, algorithm=a)
+        else:
+            C.all_to_allv(comm, out, buf, c[self.rank], [row[self.rank] for row in c],
+                          algorithm=a)
 
     def barrier(self):
         self.C.barrier(self.comm)

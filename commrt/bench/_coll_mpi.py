@@ -3,7 +3,7 @@
 ``mpirun -np N python -m commrt.bench._coll_mpi --spec FILE --out DIR``: the
 loop of ``_coll.measure`` over mpi4py's buffer collectives (Allreduce in
 place, Bcast, Reduce, Gather, Scatter, Allgather, Reduce_scatter_block,
-Alltoall, Barrier), OpenMPI choosing its
+Alltoall, Barrier; and Allgatherv, Gatherv, Scatterv, Alltoallv), OpenMPI choosing its
 algorithms (the "default" algorithm).
 """
 import os
@@ -26,7 +26,9 @@ class MpiOps:
 
     def run(self, kind, algo, out, buf):
         c, MPI = self.comm, self.MPI
-        if kind == "all_reduce":
+        if kind in _coll.VKINDS:
+            self._run_v(kind, out, buf)
+        elif kind == "all_reduce":
             c.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         elif kind == "broadcast":
             c.Bcast(buf, root=0)
@@ -45,6 +47,17 @@ class MpiOps:
             c.Barrier()
         else:
             c.Reduce_scatter_block(buf, out, op=MPI.SUM)
+
+    def _run_v(self, kind, out, buf):
+        c, n, r, counts = self.comm, self.size, self.rank, self.counts
+        if kind == "all_gatherv":
+            c.Allgatherv(buf, [out, counts])
+        elif kind == "gatherv":
+            c.Gatherv(buf, [out, counts] if r == 0 else None, root=0)
+        elif kind == "scatterv":
+            c.Scatterv([buf, counts] if r == 0 else None, out, root=0)
+        else:
+            c.Alltoallv([buf, counts[r]], [out, [counts[q][r] for q in range(n)]])
 
     def barrier(self):
         self.comm.Barrier()

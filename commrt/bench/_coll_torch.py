@@ -2,7 +2,8 @@
 
 ``python -m commrt.bench._coll_torch --rank R --world N --init file://... --spec FILE --out DIR``:
 the loop of ``_coll.measure`` over dist.all_reduce, broadcast, reduce, gather, scatter,
-all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single and barrier (Gloo over
+all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single (with split sizes for
+all_to_allv; Gloo has no gathers or scatters of unequal blocks) and barrier (Gloo over
 TCP on 127.0.0.1), on CPU float32 tensors
 sharing memory with the NumPy buffers.
 """
@@ -15,6 +16,9 @@ from commrt.bench._launch import end_gloo_rank, rank_args, write_json
 
 
 class TorchOps:
+    # Gloo gathers and scatters blocks of one size only: no rows for these
+    unsupported = ("all_gatherv", "gatherv", "scatterv")
+
     def __init__(self, rank, world):
         import torch
         import torch.distributed as dist
@@ -44,7 +48,10 @@ class TorchOps:
         d = self.dist
         b, o = self._t(buf), self._t(out)
         root = self.rank == 0
-        if kind == "all_reduce":
+        if kind == "all_to_allv":
+            c = self.counts
+            d.all_to_all_single(o, b, [c[q][self.rank] for q in range(self.size)], c[self.rank])
+        elif kind == "all_reduce":
             d.all_reduce(b)
         elif kind == "broadcast":
             d.broadcast(b, 0)

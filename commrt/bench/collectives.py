@@ -1,6 +1,6 @@
 """Every collective against OpenMPI and Gloo in one run (nccl-tests metrics).
 
-    python -m commrt.bench collectives [--kinds broadcast,reduce,...|all]
+    python -m commrt.bench collectives [--kinds broadcast,reduce,...|all|v]
         [--nranks 2,3,4,8] [--sizes 8,1K,64K,1M,16M,64M] [--algos auto|all|a,b]
         [--transport shm|tcp] [--rounds 3] [--peers] [--plot-dir docs/img]
         [--markdown out.md] [--json out.json] [--counts] [--fresh-inputs] [--busy K]
@@ -9,7 +9,12 @@ For every world size, each round launches every backend once (commrt, with
 ``--peers`` mpi4py on OpenMPI with its default single-copy (CMA) and with it
 disabled, and torch.distributed on Gloo), in turn, and each launch measures
 every collective at every size (``_coll.measure``: float32 SUM, root 0; sizes
-as nccl-tests count them), so rounds interleave the systems.  Every figure
+as nccl-tests count them), so rounds interleave the systems.  ``--kinds v``
+(or their names) measures the variable-size collectives, all_gatherv,
+gatherv, scatterv and all_to_allv, with counts that differ on every rank
+(``_coll.VKINDS``), against OpenMPI's Allgatherv, Gatherv, Scatterv and
+Alltoallv, and Gloo's all_to_all_single with split sizes (Gloo has no
+gathers or scatters of unequal blocks).  Every figure
 is the median of the rounds with its range.  busbw = algbw times nccl-tests'
 factor: all_reduce 2(N-1)/N; broadcast and reduce 1; all_gather, gather,
 reduce_scatter, scatter and all_to_all (N-1)/N; a barrier only has a time.
@@ -44,7 +49,7 @@ import subprocess
 import sys
 
 from commrt.bench import _peers
-from commrt.bench._coll import KINDS
+from commrt.bench._coll import KINDS, VKINDS
 from commrt.bench._stats import Summary, fmt_size, parse_size, table
 
 MPI = ("ompi", "ompi-nocma")
@@ -320,7 +325,9 @@ def busy_loops(k):
 def parse_args(argv, kinds=None):
     p = argparse.ArgumentParser(prog="python -m commrt.bench collectives", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kinds", default=kinds or "all", help="comma list of " + ", ".join(KINDS))
+    p.add_argument("--kinds", default=kinds or "all",
+                   help="comma list of " + ", ".join(KINDS + VKINDS) + "; all: the first "
+                        f"{len(KINDS)}; v: the variable-size ones (unequal counts)")
     p.add_argument("--nranks", default="2,3,4,8")
     p.add_argument("--sizes", default="8,1K,64K,1M,16M,64M")
     p.add_argument("--algos", default="auto", help="auto, all, or a comma list")
@@ -340,10 +347,11 @@ def parse_args(argv, kinds=None):
     p.add_argument("--busy", type=int, default=0,
                    help="busy-looping processes beside the jobs for the whole run")
     args = p.parse_args(argv)
-    args.kinds = list(KINDS) if args.kinds == "all" else args.kinds.split(",")
-    bad = [k for k in args.kinds if k not in KINDS]
+    groups = {"all": list(KINDS), "v": list(VKINDS)}
+    args.kinds = [k for name in args.kinds.split(",") for k in groups.get(name, [name])]
+    bad = [k for k in args.kinds if k not in KINDS + VKINDS]
     if bad:
-        p.error(f"unknown collective(s) {', '.join(bad)}; expected {', '.join(KINDS)}")
+        p.error(f"unknown collective(s) {', '.join(bad)}; expected {', '.join(KINDS + VKINDS)}")
     args.nranks = [int(x) for x in args.nranks.split(",")]
     args.sizes = [parse_size(x) for x in args.sizes.split(",")]
     return args

@@ -19,6 +19,61 @@ def test_every_collective_runs_checked_in_one_launch():
     assert all(row["time_s"] > 0 for row in res["rows"])
 
 
+def _v_spec(sizes=(8, 65536)):
+    return {"kinds": list(_coll.VKINDS), "sizes": list(sizes), "target_s": 0.001, "slices": 1,
+            "algos": {k: ["default"] for k in _coll.VKINDS}}
+
+
+def test_variable_size_counts_differ_on_every_rank():
+    for n in (2, 3, 4):
+        c = _coll.v_counts("all_gatherv", 4096, n)
+        assert len(set(c)) == n and sum(c) <= 1024, c
+        m = _coll.v_counts("all_to_allv", 4096, n)
+        assert len({tuple(row) for row in m}) == n, m        # no two ranks send alike
+        assert all(len({m[s][d] for s in range(n)}) == n for d in range(n)), m
+
+
+@pytest.mark.timeout(300)
+def test_variable_size_collectives_run_checked_in_one_launch():
+    """--kinds v: all_gatherv, gatherv, scatterv and all_to_allv with counts that
+    differ on every rank, each call's result checked (_coll._check raises on a
+    wrong one), every fixed algorithm too."""
+    from commrt.collectives import ALGORITHMS
+
+    spec = dict(_v_spec(), algos={k: list(ALGORITHMS[k]) + ["auto"] for k in _coll.VKINDS})
+    res = _peers.run_commrt(3, spec, "shm", 120)
+    got = {(row["kind"], row["algo"], row["bytes"]) for row in res["rows"]}
+    want = {(k, a, s) for k in _coll.VKINDS for a in list(ALGORITHMS[k]) + ["auto"]
+            for s in (8, 65536)}
+    assert got == want
+    assert all(row["time_s"] > 0 for row in res["rows"])
+    assert collectives.parse_args(["--kinds", "v,all_reduce"]).kinds == [*_coll.VKINDS,
+                                                                         "all_reduce"]
+
+
+@pytest.mark.timeout(300)
+def test_variable_size_peers_run_checked():
+    """The peers' variable-size collectives (OpenMPI's Allgatherv, Gatherv, Scatterv,
+    Alltoallv; Gloo's all_to_all_single with split sizes, the one it has), each
+    result checked as commrt's are."""
+    import shutil
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scale"))
+    from scale_helpers import require           # skips, or fails under CI, naming what lacks
+
+    require([m for m, ok in (("mpirun", shutil.which("mpirun")),
+                             ("mpi4py", _peers.has_module("mpi4py")),
+                             ("torch", _peers.has_module("torch"))) if not ok],
+            "the variable-size peers")
+    res = _peers.run_mpi(3, _peers.PEERS["ompi"], _v_spec(), 120, "ompi")
+    assert {(row["kind"], row["bytes"]) for row in res["rows"]} == {
+        (k, s) for k in _coll.VKINDS for s in (8, 65536)}
+    res = _peers.run_gloo(3, _v_spec(), 120)
+    assert {(row["kind"], row["bytes"]) for row in res["rows"]} == {
+        ("all_to_allv", 8), ("all_to_allv", 65536)}
+
+
 @pytest.mark.timeout(300)
 def test_auto_rows_name_the_algorithm_the_cost_model_chose():
     from commrt.collectives import ALGORITHMS
