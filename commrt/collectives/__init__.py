@@ -257,9 +257,10 @@ def _keyed_plan(comm, key, out, inbuf):
 # -- buffer collectives ----------------------------------------------------------
 # The public functions of the collectives with a prepared-plan path (barrier,
 # broadcast, reduce, all_reduce, all_gather, gather, scatter, reduce_scatter,
-# all_to_all) are compiled (collectives/_entry.pyx): a planned call is one C
-# function; everything else comes here, to the general paths (_broadcast, ...),
-# bound at the end of this module.
+# all_to_all, and the variable-size all_gatherv, gatherv, scatterv, all_to_allv)
+# are compiled (collectives/_entry.pyx): a planned call is one C function;
+# everything else comes here, to the general paths (_broadcast, ...), bound at
+# the end of this module.
 @entry
 def _barrier(comm, *, timeout=None, async_op=False):
     if timeout is None and not async_op and comm.size > 1:
@@ -602,7 +603,7 @@ def _rooted_key(comm, kind, algorithm, timeout, async_op, root, a, b, counts):
 
 
 @entry
-def all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_op=False):
+def _all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_op=False):
     """out (sum(counts) elements) receives every rank's buf in rank order; rank q's
     buf holds counts[q] elements (counts: the same list on every rank)."""
     key = _plan_key("all_gatherv", algorithm, timeout, async_op, 0, out, buf)
@@ -632,7 +633,7 @@ def all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_o
 
 
 @entry
-def gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout=None,
+def _gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout=None,
             async_op=False):
     """Root's out (sum(counts) elements) receives every rank's buf in rank order;
     counts (rank q's buf holds counts[q]) are needed at the root only."""
@@ -669,7 +670,7 @@ def gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout
 
 
 @entry
-def scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeout=None,
+def _scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeout=None,
              async_op=False):
     """Rank q's out (counts[q] elements) receives block q of root's buf (sum(counts)
     elements, packed in rank order); counts are needed at the root only."""
@@ -706,7 +707,7 @@ def scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeou
 
 
 @entry
-def all_to_allv(comm, out, buf, send_counts, recv_counts, *, algorithm=None, timeout=None,
+def _all_to_allv(comm, out, buf, send_counts, recv_counts, *, algorithm=None, timeout=None,
                 async_op=False):
     """send_counts[q] elements of buf (blocks packed in rank order) go to rank q, whose
     out receives them as its block r; recv_counts[q] elements of out come from rank q
@@ -869,12 +870,14 @@ def new_group(comm, ranks):
 
 
 # -- the compiled entry (collectives/_entry.pyx) --------------------------------------
-from commrt.collectives._entry import (all_gather, all_reduce, all_to_all, barrier,  # noqa: E402
-                                       broadcast, gather, reduce, reduce_scatter, scatter)
+from commrt.collectives._entry import (all_gather, all_gatherv, all_reduce,  # noqa: E402
+                                       all_to_all, all_to_allv, barrier, broadcast, gather,
+                                       gatherv, reduce, reduce_scatter, scatter, scatterv)
 
 _entry.bind(state_of=state_of, concurrent=_concurrent, all_reduce=_all_reduce,
             all_reduce_rest=_small.finish_go, plans_run=plans.run, plans_finish=plans.finish,
             barrier=_barrier, barrier_rest=_small.finish_barrier,
             general={"broadcast": _broadcast, "reduce": _reduce, "all_gather": _all_gather,
                      "gather": _gather, "scatter": _scatter, "reduce_scatter": _reduce_scatter,
-                     "all_to_all": _all_to_all})
+                     "all_to_all": _all_to_all, "all_gatherv": _all_gatherv,
+                     "gatherv": _gatherv, "scatterv": _scatterv, "all_to_allv": _all_to_allv})

@@ -29,6 +29,7 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.long cimport PyLong_AsSsize_t
 from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.list cimport PyList_AsTuple, PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport int64_t, uint64_t
 
 # An array's shape and dtype read from its struct (NumPy's inline accessors: no
@@ -86,7 +87,11 @@ cdef enum:
     K_ALL_GATHER = 4
     K_REDUCE_SCATTER = 5
     K_ALL_TO_ALL = 6
-    NKINDS = 7
+    K_ALL_GATHERV = 7
+    K_GATHERV = 8
+    K_SCATTERV = 9
+    K_ALL_TO_ALLV = 10
+    NKINDS = 11
 
 
 def bind(*, state_of, concurrent, all_reduce, all_reduce_rest, plans_run, plans_finish,
@@ -244,6 +249,52 @@ cdef class Memo:
     cdef object algo                # the name the call gave (None: the cost model's)
     cdef object ashape, adtype      # the first array's
     cdef object bshape, bdtype      # the second's (None, None: none)
+    cdef object cnt, cnt2           # a variable-size kind's counts (tuples of ints, or None)
+
+
+# counts that are not a list or tuple of Python ints (the general path checks them,
+# and converts NumPy ints: _counts_key)
+cdef object _NOT_INTS = object()
+
+
+cdef object _counts_tuple(object counts):
+    """counts as the plan key holds them: a tuple of Python ints, None for None,
+    else _NOT_INTS."""
+    cdef Py_ssize_t k
+    if counts is None:
+        return None
+    if type(counts) is list:
+        t = PyList_AsTuple(counts)
+    elif type(counts) is tuple:
+        t = counts
+    else:
+        return _NOT_INTS
+    for k in range(PyTuple_GET_SIZE(t)):
+        if type(<object>PyTuple_GET_ITEM(t, k)) is not int:
+            return _NOT_INTS
+    return t
+
+
+cdef inline bint _same_counts(object counts, object memo) except -1:
+    """Whether counts (as a call passes them) are the memo's (_counts_tuple's
+    form), without building a tuple: a list or tuple of the same ints."""
+    cdef Py_ssize_t n, k
+    cdef object c
+    if memo is None:
+        return counts is None
+    n = PyTuple_GET_SIZE(memo)
+    if type(counts) is list:
+        if PyList_GET_SIZE(counts) != n:
+            return False
+        for k in range(n):
+            c = <object>PyList_GET_ITEM(counts, k)
+            if type(c) is not int or not PyObject_RichCompareBool(
+                    c, <object>PyTuple_GET_ITEM(memo, k), Py_EQ):
+                return False
+        return True
+    if type(counts) is tuple:
+        return counts is memo or PyObject_RichCompareBool(counts, memo, Py_EQ)
+    return False
 
 
 cdef inline int _run_chain(object chain, object buf, uint64_t seq, object inbuf) except? -2:
@@ -368,16 +419,18 @@ def barrier(comm, *, timeout=None, async_op=False):
 
 
 cdef int _planned(object comm, int kind, object name, object algo, object root, object op,
-                  object a, object b, bint two, object out, object inbuf) except -1:
+                  object a, object b, bint two, object out, object inbuf, int ncounts=0,
+                  object counts=None, object counts2=None) except -1:
     """Run the call along its prepared plan if it has one and may take it now: 1
     when done, 0 having done nothing (the caller takes the general path, which
     enforces the thread rule and names any error).  A thread already inside (a
     nested call) takes the general path.  The plan key (plans.prepare's:
     (name, root, a.shape, a.dtype[, b.shape, b.dtype]), b None: None, None;
     name: (name, op) where op is given; a call that names its algorithm: the
-    name last, as the general path's _plan_key) is built only when the call is
-    not like the kind's last planned one (its Memo: the same algorithm, root, op
-    object, shapes and dtype objects)."""
+    name last, as the general path's _plan_key; a variable-size kind's
+    (ncounts 1 or 2) then its counts, as tuples of ints) is built only when
+    the call is not like the kind's last planned one (its Memo: the same
+    algorithm, root, op object, shapes, dtype objects and counts)."""
     cdef State st = _state(comm)
     cdef PlanCore plan
     cdef Memo m
@@ -393,11 +446,18 @@ cdef int _planned(object comm, int kind, object name, object algo, object root, 
                 and PyObject_RichCompareBool((<Memo>mo).root, root, Py_EQ) \
                 and (not two or ((<Memo>mo).bshape is None if b is None
                                  else (<Memo>mo).bshape is not None
-                                 and _like(b, (<Memo>mo).bshape, (<Memo>mo).bdtype))):
+                                 and _like(b, (<Memo>mo).bshape, (<Memo>mo).bdtype))) \
+                and (ncounts == 0 or _same_counts(counts, (<Memo>mo).cnt)
+                     and (ncounts == 1 or _same_counts(counts2, (<Memo>mo).cnt2))):
             plan = <PlanCore>(<Memo>mo).plan
         else:
             m = Memo.__new__(Memo)
             m.root, m.op, m.algo, m.ashape, m.adtype = root, op, algo, a.shape, a.dtype
+            if ncounts:
+                m.cnt = _counts_tuple(counts)
+                m.cnt2 = _counts_tuple(counts2) if ncounts == 2 else None
+                if m.cnt is _NOT_INTS or m.cnt2 is _NOT_INTS:
+                    return 0
             if kind == K_REDUCE or kind == K_REDUCE_SCATTER:
                 name = (name, op)
             if not two:
@@ -409,6 +469,10 @@ cdef int _planned(object comm, int kind, object name, object algo, object root, 
                 key = (name, root, m.ashape, m.adtype, m.bshape, m.bdtype)
             if algo is not None:
                 key = key + (algo,)
+            if ncounts == 1:
+                key = key + (m.cnt,)
+            elif ncounts == 2:
+                key = key + (m.cnt, m.cnt2)
             try:
                 p = st.small.get(key)
             except TypeError:               # an unhashable op: the general path names it
@@ -516,3 +580,65 @@ def all_to_all(comm, out, buf, *, algorithm=None, timeout=None, async_op=False):
         return out
     return _general["all_to_all"](comm, out, buf, algorithm=algorithm, timeout=timeout,
                                   async_op=async_op)
+
+
+# The variable-size collectives: their plan keys hold their counts (as
+# __init__._counts_key gives them: tuples of Python ints); counts of another
+# form, or none at a root, take the general path, which checks them.
+def all_gatherv(comm, out, buf, counts, *, algorithm=None, timeout=None, async_op=False):
+    """out (sum(counts) elements) receives every rank's buf in rank order; rank q's
+    buf holds counts[q] elements (counts: the same list on every rank)."""
+    if type(out) is _ndarray and type(buf) is _ndarray and _named(algorithm) \
+            and timeout is None and not async_op and _planned(
+                comm, K_ALL_GATHERV, "all_gatherv", algorithm, 0, None, out, buf, True, out,
+                buf, 1, counts):
+        return out
+    return _general["all_gatherv"](comm, out, buf, counts, algorithm=algorithm,
+                                   timeout=timeout, async_op=async_op)
+
+
+def gatherv(comm, buf, out=None, counts=None, root=0, *, algorithm=None, timeout=None,
+            async_op=False):
+    """Root's out (sum(counts) elements) receives every rank's buf in rank order;
+    counts (rank q's buf holds counts[q]) are needed at the root only."""
+    if type(buf) is _ndarray and _named(algorithm) and timeout is None and not async_op \
+            and type(root) is int:
+        at_root = comm.rank == root
+        mine = out if at_root else None
+        if (mine is None or type(mine) is _ndarray) and not (at_root and counts is None) \
+                and _planned(comm, K_GATHERV, "gatherv", algorithm, root, None, buf, mine, True,
+                             mine, buf, 1, counts):
+            return mine
+    return _general["gatherv"](comm, buf, out, counts, root, algorithm=algorithm,
+                               timeout=timeout, async_op=async_op)
+
+
+def scatterv(comm, out, buf=None, counts=None, root=0, *, algorithm=None, timeout=None,
+             async_op=False):
+    """Rank q's out (counts[q] elements) receives block q of root's buf (sum(counts)
+    elements, packed in rank order); counts are needed at the root only."""
+    if type(out) is _ndarray and _named(algorithm) and timeout is None and not async_op \
+            and type(root) is int:
+        at_root = comm.rank == root
+        mine = buf if at_root else None
+        if (mine is None or type(mine) is _ndarray) and not (at_root and counts is None) \
+                and _planned(comm, K_SCATTERV, "scatterv", algorithm, root, None, out, mine,
+                             True, out, mine, 1, counts):
+            return out
+    return _general["scatterv"](comm, out, buf, counts, root, algorithm=algorithm,
+                                timeout=timeout, async_op=async_op)
+
+
+def all_to_allv(comm, out, buf, send_counts, recv_counts, *, algorithm=None, timeout=None,
+                async_op=False):
+    """send_counts[q] elements of buf (blocks packed in rank order) go to rank q, whose
+    out receives them as its block r; recv_counts[q] elements of out come from rank q
+    (rank q's send_counts[r] must equal this rank's recv_counts[q])."""
+    if type(out) is _ndarray and type(buf) is _ndarray and _named(algorithm) \
+            and timeout is None and not async_op and send_counts is not None \
+            and recv_counts is not None and _planned(
+                comm, K_ALL_TO_ALLV, "all_to_allv", algorithm, 0, None, out, buf, True, out,
+                buf, 2, send_counts, recv_counts):
+        return out
+    return _general["all_to_allv"](comm, out, buf, send_counts, recv_counts,
+                                   algorithm=algorithm, timeout=timeout, async_op=async_op)

@@ -524,3 +524,80 @@ def v_copies(comm, kind, algo, n, root=0):
     copiers = {m[1]: (m[8] if len(m) > 8 else 0) for p in plan for s in p.steps for m in s
                if m[0] == RECV}
     return out, bool(plan), copiers, comm.channel.cma_min
+
+
+def v_compiled_entry(comm):
+    """Per variable-size kind, after two calls that make its plan: how many of 20
+    planned calls went through the Python plan lookup (plans.run, which the
+    compiled entry never calls on a clean run), with counts as a list, the same
+    counts as a tuple, and a new list object each call; then with NumPy int
+    counts (the Python path's: still planned) and with other counts (a plan of
+    their own).  Every output checked against NumPy."""
+    from commrt.collectives import plans
+
+    n, r = comm.size, comm.rank
+    seen = {}
+    python_runs = [0]
+    plain_run = plans.run
+
+    def counted(*args, **kwargs):
+        python_runs[0] += 1
+        return plain_run(*args, **kwargs)
+
+    for kind in VKINDS:
+        for _ in range(2):
+            _vcall(comm, kind, 1, 5, "float32", 0, {})
+        plans.run = counted
+        try:
+            per = {}
+            for how in ("list", "tuple", "new list", "numpy", "other counts"):
+                python_runs[0] = 0
+                for i in range(20):
+                    _vcall_counts(comm, kind, 2 + i, how)
+                per[how] = python_runs[0]
+            seen[kind] = per
+        finally:
+            plans.run = plain_run
+    return seen
+
+
+def _vcall_counts(c, kind, seed, how):
+    """_vcall's call with its counts given as `how` says (5 + q elements a block, or
+    6 + q for "other counts")."""
+    size, r = c.size, c.rank
+    base = 6 if how == "other counts" else 5
+    counts = [base + q for q in range(size)]
+
+    def given(cs):
+        if how == "tuple":
+            return tuple(cs)
+        if how == "numpy":
+            return np.array(cs, np.int64)
+        return list(cs)                     # a new list object every call
+    blocks = [data(seed, q, counts[q], "float32") for q in range(size)]
+    if kind == "all_gatherv":
+        out = np.empty(sum(counts), np.float32)
+        C.all_gatherv(c, out, blocks[r], given(counts))
+        check(out, np.concatenate(blocks), None, kind)
+    elif kind == "gatherv":
+        out = np.empty(sum(counts), np.float32) if r == 0 else None
+        C.gatherv(c, blocks[r], out, given(counts) if r == 0 else None, 0)
+        if r == 0:
+            check(out, np.concatenate(blocks), None, kind)
+    elif kind == "scatterv":
+        whole = data(seed, 1000, sum(counts), "float32")
+        out = np.empty(counts[r], np.float32)
+        C.scatterv(c, out, whole if r == 0 else None, given(counts) if r == 0 else None, 0)
+        check(out, whole[sum(counts[:r]):sum(counts[:r + 1])], None, kind)
+    else:
+        def cnt(q, p):
+            return base + (q + 2 * p) % 3
+        sends = [data(seed, q, sum(cnt(q, p) for p in range(size)), "float32")
+                 for q in range(size)]
+        out = np.empty(sum(cnt(q, r) for q in range(size)), np.float32)
+        C.all_to_allv(c, out, sends[r], given([cnt(r, p) for p in range(size)]),
+                      given([cnt(q, r) for q in range(size)]))
+        want = np.concatenate([sends[q][sum(cnt(q, p) for p in range(r)):
+                                        sum(cnt(q, p) for p in range(r + 1))]
+                               for q in range(size)])
+        check(out, want, None, kind)

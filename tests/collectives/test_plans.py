@@ -127,6 +127,23 @@ def test_exchanges_write_their_blocks_where_ranks_crowd_the_cores(kind):
                     assert all(v == int(writes) for v in pushes.values()), (kind, n, r, seen)
 
 
+def test_the_compiled_entry_serves_the_variable_size_collectives():
+    """A planned all_gatherv, gatherv, scatterv or all_to_allv is one C call, as the
+    fixed-size kinds' are (collectives/_entry.pyx): its counts compared with the
+    last call's, as a list, a tuple or a new list each call, never through the
+    Python plan lookup (plans.run) on a clean run; NumPy int counts take the
+    Python path (and its plan); other counts get a plan of their own (after one
+    general call, the only one of their 20 that does not run a plan from C)."""
+    with World(3, transport="shm", env=ENV, timeout=60) as w:
+        for r, seen in enumerate(w.run(P.v_compiled_entry)):
+            for kind, per in seen.items():
+                assert per["list"] == per["tuple"] == per["new list"] == 0, (r, kind, per)
+                # (a gatherv's or scatterv's other ranks pass no counts)
+                given = r == 0 or kind in ("all_gatherv", "all_to_allv")
+                assert per["numpy"] == (20 if given else 0), (r, kind, per)
+                assert per["other counts"] == 0, (r, kind, per)
+
+
 def _v_block_bytes(kind, n, src, dst):
     """Bytes of the block rank src sends rank dst in plan_ranks._vcall's calls."""
     if kind == "scatterv":
