@@ -23,6 +23,9 @@ from fuzz_driver import Driver
 from harness import SEED
 
 CASES = config.get("COMMRT_FUZZ_CASES")
+# a campaign's bound grows with its cases (~10 ms a case here; the long campaign's
+# 10^5 ran past pytest's default 120 s), 50 ms a case
+CAMPAIGN_TIMEOUT_S = max(120, CASES // 20)
 ALLOWED = {"done", "pending", "PeerLostError", "MessageTruncatedError",
            "CollectiveMismatchError", "AbortedError", "CommError"}
 BATCH = 8
@@ -182,6 +185,7 @@ def test_an_eager_message_longer_than_the_credit_is_refused(driver, what):
         assert v["witness"] == "ok" and not v["defects"], (tag, v)
 
 
+@pytest.mark.timeout(CAMPAIGN_TIMEOUT_S)
 def test_random_and_mutated_frames_are_refused_cleanly(driver):
     _campaign(driver, CASES // 2)
 
@@ -216,6 +220,7 @@ def test_data_on_an_extra_tcp_stream_lands_in_its_receive(lane_driver):
     assert v["witness"] == "ok", v
 
 
+@pytest.mark.timeout(CAMPAIGN_TIMEOUT_S)
 def test_random_and_mutated_frames_on_an_extra_tcp_stream_are_refused_cleanly(lane_driver):
     _campaign(lane_driver, CASES // 6)
 
