@@ -280,21 +280,25 @@ cdef inline bint _same_counts(object counts, object memo) except -1:
     form), without building a tuple: a list or tuple of the same ints."""
     cdef Py_ssize_t n, k
     cdef object c
+    cdef bint is_list
     if memo is None:
         return counts is None
+    if counts is memo:
+        return True
     n = PyTuple_GET_SIZE(memo)
-    if type(counts) is list:
+    is_list = type(counts) is list
+    if is_list:
         if PyList_GET_SIZE(counts) != n:
             return False
-        for k in range(n):
-            c = <object>PyList_GET_ITEM(counts, k)
-            if type(c) is not int or not PyObject_RichCompareBool(
-                    c, <object>PyTuple_GET_ITEM(memo, k), Py_EQ):
-                return False
-        return True
-    if type(counts) is tuple:
-        return counts is memo or PyObject_RichCompareBool(counts, memo, Py_EQ)
-    return False
+    elif type(counts) is not tuple or PyTuple_GET_SIZE(counts) != n:
+        return False
+    for k in range(n):
+        c = <object>(PyList_GET_ITEM(counts, k) if is_list else PyTuple_GET_ITEM(counts, k))
+        # ints only: 2.0 == 2, and float counts must reach the checks (TypeError)
+        if type(c) is not int or not PyObject_RichCompareBool(
+                c, <object>PyTuple_GET_ITEM(memo, k), Py_EQ):
+            return False
+    return True
 
 
 cdef inline int _run_chain(object chain, object buf, uint64_t seq, object inbuf) except? -2:

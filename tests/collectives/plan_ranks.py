@@ -397,8 +397,9 @@ def forced(comm, kind, algo, n, dtype="float32", op="SUM", root=0):
 
 def v_counts_checked_on_the_plan(comm):
     """With all_gatherv's plan made, counts that are not ints, or are a generator
-    or NumPy ints: (error type of float counts, of too few counts, generator
-    result right, NumPy ints took the plan (no Call made))."""
+    or NumPy ints: (error type of float counts as a list and as a tuple, of too
+    few counts, generator result right, NumPy ints took the plan (no Call
+    made))."""
     n, r = comm.size, comm.rank
     counts = [2 + q for q in range(n)]
     buf = np.full(counts[r], r, np.float32)
@@ -407,7 +408,9 @@ def v_counts_checked_on_the_plan(comm):
     for _ in range(2):
         C.all_gatherv(comm, out, buf, counts)
     errors = []
-    for bad in ([float(c) for c in counts], counts[:-1]):
+    for _ in range(2):
+        C.all_gatherv(comm, out, buf, tuple(counts))      # the compiled entry's memo: a tuple
+    for bad in ([float(c) for c in counts], tuple(float(c) for c in counts), counts[:-1]):
         try:
             C.all_gatherv(comm, out, buf, bad)
             errors.append(None)
