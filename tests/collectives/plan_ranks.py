@@ -523,7 +523,8 @@ def v_copies(comm, kind, algo, n, root=0):
                                                            "msgs_sent"))
                     for q in range(comm.size) if q != comm.rank})
     plan = [p for p in comm.state["collectives"].small.values()
-            if isinstance(p, SchedPlan) and p.kind == kind]
+            if isinstance(p, SchedPlan) and p.kind == kind and p.algo == algo][-1:]
+    # (the last made: this size's; a world's earlier calls leave theirs)
     copiers = {m[1]: (m[8] if len(m) > 8 else 0) for p in plan for s in p.steps for m in s
                if m[0] == RECV}
     return out, bool(plan), copiers, comm.channel.cma_min
