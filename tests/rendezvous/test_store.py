@@ -245,6 +245,42 @@ def test_authenticated_garbage_frame_drops_only_that_client(server, store, caplo
     assert store.get("k") == b"v"
 
 
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_body_that_lies_about_its_length_costs_what_was_sent(server, store, caplog):
+    """Authenticated clients that announce 64 MiB bodies (the most a request may
+    hold) and send 10 bytes hold the server's memory to what they sent, while
+    they stay connected and after they are dropped, with every dropped client
+    logged and the records kept (as caplog keeps them): the server allocated
+    each claimed body at once, and the log record pinned it through its
+    traceback (24 GB in a 10^5-case fuzz campaign)."""
+    from commrt.rendezvous.store import MAX_BODY_BYTES
+
+    base = _rss_bytes()
+    socks = []
+    with caplog.at_level(logging.WARNING, logger="commrt"):
+        for _ in range(16):                 # 1 GiB claimed in all
+            sock = socket.create_connection(server.address, timeout=5)
+            auth.client_handshake(sock, SECRET, 5.0)
+            sock.sendall(struct.pack("!BId", 1, MAX_BODY_BYTES, 0.0) + b"0123456789")
+            socks.append(sock)
+        time.sleep(0.3)
+        held = _rss_bytes() - base
+        for sock in socks:
+            sock.close()                    # EOF inside the body: each is dropped
+        end = time.monotonic() + 5
+        while caplog.text.count("dropped client") < 16 and time.monotonic() < end:
+            time.sleep(0.02)
+        after = _rss_bytes() - base
+    assert caplog.text.count("dropped client") == 16, caplog.text
+    assert held < 64 << 20 and after < 64 << 20, (held >> 20, after >> 20)
+    store.set("k", b"v")
+    assert store.get("k") == b"v"
+
+
 def test_dead_server_raises_store_error(server, store):
     store.set("k", b"v")
     t, box = in_thread(store.get, "never", 10.0)
