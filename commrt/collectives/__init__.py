@@ -232,9 +232,9 @@ def _plan_key(kind, algorithm, timeout, async_op, root, a, b=_noop):
 def _keyed_plan(comm, key, out, inbuf):
     """Run a call along the plan an earlier call like it left (key: the plan key
     the general path prepared it under; a call that names its algorithm
-    (algorithm=) has the name in its key; the variable-size collectives, which
-    the compiled entry does not serve, their counts): True when done, False
-    having done nothing.  As the compiled entry does for the cost model's
+    (algorithm=) has the name in its key; the variable-size collectives their
+    counts, which reach here when the compiled entry could not compare them:
+    NumPy ints, a generator): True when done, False having done nothing.  As the compiled entry does for the cost model's
     choice: not inside another collective's Call, no async call queued (they
     take their sequence numbers in call order), the communicator not poisoned;
     anything unusual hands over to the general path inside plans.run."""

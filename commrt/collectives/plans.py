@@ -393,7 +393,7 @@ def _copied_by(copier, steps):
     """Every receive of steps with this copier (Channel.irecv's): SENDER for a
     tree's combines (reduce/binomial.py: they stream, the senders' cores
     copying), RECEIVER or EXCHANGE where every rank reads its own blocks."""
-    return [[_with_copier(msg, copier) if msg[0] == RECV else msg for msg in s] for s in steps]
+    return _copied_each(lambda nbytes: copier, steps)
 
 
 def _copied_each(who, steps):
