@@ -161,27 +161,6 @@ class BootstrapError(CommError, RuntimeError):
     """commrt.init() could not build the world from the environment."""
 
 
-def renumbered(exc, members):
-    """exc, raised on a communicator whose rank i is rank members[i] of another
-    (an algorithm's derived communicator inside a collective): the same error
-    naming the other's ranks, so the culprit a rank reports and aborts with is
-    the user's rank.  exc itself where it names no rank."""
-    def up(r):
-        return members[r] if r is not None and 0 <= r < len(members) else r
-
-    if isinstance(exc, PeerLostError):
-        new = type(exc)(up(exc.rank), exc.detail, op=exc.op, tag=exc.tag)
-    elif isinstance(exc, CommTimeoutError) and exc.peer is not None:
-        new = CommTimeoutError(exc.op, up(exc.peer), exc.tag, exc.timeout, exc.detail)
-    elif isinstance(exc, AbortedError) and (exc.rank is not None or exc.origin is not None):
-        new = type(exc)(exc.reason, exc.code, up(exc.rank), up(exc.origin))
-    else:
-        return exc
-    if getattr(exc, "origin", None) is not None:
-        new.origin = up(exc.origin)
-    return new
-
-
 def error_for(code, reason, rank=None, origin=None, op=None):
     """The exception a rank raises when told of an abort (code, culprit rank, origin):
     the same class the failing rank raised, naming the same culprit."""

@@ -45,7 +45,6 @@ The fingerprint's codec is fingerprint.py, the per-communicator state and
 the async worker state.py, the chunking helpers chunking.py.
 """
 import array
-import math
 import time
 
 from commrt import _lazy
@@ -58,10 +57,6 @@ from commrt.errors import (AbortedError, CollectiveMismatchError, CommError, Com
                            ConcurrentCollectiveError, FailureCode, MessageTruncatedError,
                            PeerLostError)
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
-
-# how often a step on a context of its own looks for an abort of the user's call
-# (Call._wait_req): an abort reaches the other steps' ranks within this
-OUTER_CHECK_S = 0.05
 
 
 # -- one call ------------------------------------------------------------------------
@@ -84,20 +79,13 @@ class Call:
     """One collective call on one rank: its fingerprint and its messages."""
 
     def __init__(self, comm, kind, *, count=0, dtype=None, op=None, root=0, algo="-",
-                 timeout=None, seq=None, serving=None, label=None, outer=None):
+                 timeout=None, seq=None, serving=None):
         """seq: the sequence number of a call already begun (and recorded) by the
         small-message path (collectives/_small.py), which hands it over here.
         serving: the user's collective (its kind) this internal call runs for, on
         every rank at the same point (calibrate): it takes the sequence number
         that call is about to take, without consuming it, so errors and
-        sequence numbers name the user's calls only.
-        label: the name errors give this call (a step of the user's call on a
-        derived communicator, e.g. hierarchical's host reduce).
-        outer: the user's call this one is a step of (its label's): the abort of
-        the outer call's context stops this call's waits too.  A rank that fails
-        in one step aborts the outer context only; its peers may be waiting in
-        another step on another derived context, which that abort never
-        reaches."""
+        sequence numbers name the user's calls only."""
         st = state_of(comm)
         if st.poisoned is not None:
             raise comm.channel.aborted() or AbortedError(f"communicator unusable after an "
@@ -107,7 +95,7 @@ class Call:
         self.state = st
         self.rank, self.size = comm.rank, comm.size
         resumed = seq is not None
-        self.serving, self.label = serving, label
+        self.serving = serving
         if not resumed:
             seq = st.seq
             if serving is None:
@@ -130,7 +118,6 @@ class Call:
         self.sends = []
         self.probe_s = st.probe_s
         self.worker = False                      # run by the async worker thread
-        self.outer = outer
 
     @property
     def spin(self):
@@ -144,8 +131,6 @@ class Call:
 
     @property
     def name(self):
-        if self.label is not None:
-            return self.label
         if self.serving is not None:
             return f"{self.serving} #{self.seq} (its {self.kind})"
         return f"{self.kind} #{self.seq}"
@@ -156,6 +141,12 @@ class Call:
 
     def end(self):
         self.finish()
+        # an abort that came in right behind the last message this rank matched
+        # (its sender timed out waiting on another rank after posting it) fails
+        # no request here: the call must still fail as every other rank's does
+        first = self.chan.aborted()
+        if first is not None:
+            raise first
         self.state.current = None
 
     def run(self, fn):
@@ -300,11 +291,6 @@ class Call:
     def _wait_req(self, req, peer):
         now = time.monotonic()
         probe_at = now + self.probe_s
-        # a step on a context of its own (hierarchical's groups):
-        # an abort of the user's call fails none of its requests, so it looks for
-        # one after its first slice (a progress pass: an abort that came before
-        # the call) and every OUTER_CHECK_S after that
-        look_at = now if self.outer is not None else math.inf
         while True:
             now = time.monotonic()
             left = self.deadline - now
@@ -312,7 +298,7 @@ class Call:
                 raise CommTimeoutError(self.name, peer, TAG, self.timeout,
                                        detail=f"rank {self.rank} of {self.size}")
             try:
-                return req.wait(min(left, max(min(probe_at, look_at) - now, 0.001)), self.spin)
+                return req.wait(min(left, max(probe_at - now, 0.001)), self.spin)
             except CommTimeoutError:
                 if req.done:
                     # done as the slice ran out, or failed: by the abort of another
@@ -321,16 +307,10 @@ class Call:
                     return self._finished(req, peer)
             except CommError as exc:
                 self._failed(exc, peer)
-            now = time.monotonic()
-            if now >= look_at:
-                first = self.outer._aborted()
-                if first is not None:
-                    raise first
-                look_at = now + OUTER_CHECK_S
-            if now >= probe_at:
+            if time.monotonic() >= probe_at:
                 # aborted meanwhile (another rank failed) while this request was
                 # already matched, so the abort did not fail it: stop waiting
-                first = self._aborted()
+                first = self.chan.aborted()
                 if first is not None:
                     raise first
                 self._probe(peer)
@@ -342,16 +322,6 @@ class Call:
             return req.wait(0)
         except CommError as exc:
             self._failed(exc, peer)
-
-    def _aborted(self):
-        """The abort of this call's context or of an outer call's, or None."""
-        call = self
-        while call is not None:
-            first = call.chan.aborted()
-            if first is not None:
-                return first
-            call = call.outer
-        return None
 
     def _failed(self, exc, peer):
         """A request of this call failed with exc: raise what this rank reports
@@ -369,12 +339,7 @@ class Call:
         if isinstance(exc, ConcurrentCollectiveError):
             return exc
         told = getattr(exc, "origin", None) is not None      # made from a received abort
-        if told and self.chan.aborted() is None:
-            # an abort of a step's own derived context (hierarchical's host and
-            # leaders' steps; a mismatch found there): the ranks waiting in the other
-            # steps hear it only on this call's context (Call.outer)
-            self._abort_here(exc, exc.code, getattr(exc, "rank", None))
-        elif told or isinstance(exc, AbortedError):
+        if told or isinstance(exc, AbortedError):
             self._relay_abort()
         else:
             code, culprit = FailureCode.ERROR, self.rank
@@ -508,3 +473,53 @@ def check_probes(st, call):
                       f"rank {status.source} called {describe_meta(*theirs)} "
                       f"[{', '.join(diff(mine, theirs)) or 'count'} differ]")
             call._abort_everywhere(reason)
+
+
+
+class Members:
+    """A Call as its ranks `members` see it: rank i of the group is the call's
+    rank members[i].  An algorithm written for a whole communicator runs on a
+    group of the call's ranks through it (hierarchical's host reduce, leaders'
+    ring and host broadcast): its messages are the call's own, on its context,
+    with its fingerprint and deadline, so a mismatch, a lost peer or an abort
+    fails the call as it does any other, and errors name the call's ranks.
+    Waits and everything else are the call's (__getattr__)."""
+
+    def __init__(self, call, members):
+        self._call, self._members = call, members
+        self.rank, self.size = members.index(call.rank), len(members)
+
+    def __getattr__(self, name):
+        return getattr(self._call, name)
+
+    def isend(self, buf, dst, tag=TAG):
+        return self._call.isend(buf, self._members[dst], tag)
+
+    def send(self, buf, dst):
+        self._call.send(buf, self._members[dst])
+
+    def irecv(self, buf, src, copier=0, tag=TAG):
+        return self._call.irecv(buf, self._members[src], copier, tag)
+
+    def recv(self, buf, src, copier=0):
+        self._call.recv(buf, self._members[src], copier)
+
+    def irecv_reduce(self, buf, src, hook, copier=0, tag=TAG):
+        return self._call.irecv_reduce(buf, self._members[src], hook, copier, tag)
+
+    def irecv_combine(self, buf, src, red, slot, copier=0, tag=TAG):
+        return self._call.irecv_combine(buf, self._members[src], red, slot, copier, tag)
+
+    def recv_combine(self, buf, src, red, slot="combine", copier=0, tag=TAG):
+        self._call.recv_combine(buf, self._members[src], red, slot, copier, tag)
+
+    def exchange(self, sbuf, dst, rbuf, src, hook=0):
+        return self._call.exchange(sbuf, self._members[dst], rbuf, self._members[src], hook)
+
+    def exchange_combine(self, sbuf, dst, rbuf, src, red, slot="xcombine"):
+        return self._call.exchange_combine(sbuf, self._members[dst], rbuf, self._members[src],
+                                           red, slot)
+
+    def complete_exchange(self, rq, sq, src, nbytes, dst=None):
+        return self._call.complete_exchange(rq, sq, self._members[src], nbytes,
+                                            None if dst is None else self._members[dst])

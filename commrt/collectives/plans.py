@@ -1,7 +1,7 @@
 """Prepared plans for broadcast, reduce, gather, scatter, all-gather,
 reduce-scatter, all-to-all, their variable-size forms (all_gatherv,
 gatherv, scatterv, all_to_allv), the ring reduce-scatter and the ring's,
-reduce_bcast's, ps's and dbtree's all-reduce,
+reduce_bcast's, ps's, dbtree's and hierarchical's all-reduce,
 built from the chosen algorithm's own ``schedule`` (recursive doubling's and
 Rabenseifner's on power-of-two worlds, and the barrier's, are in _small.py).
 
@@ -321,6 +321,27 @@ def _all_reduce_ring(n, r, sched, m, isz, root, hook):
     return steps, None
 
 
+def _all_reduce_hierarchical(n, r, sched, m, isz, root, hook):
+    """Hierarchical's three steps (sched: all_reduce/hierarchical.planned_phases),
+    each laid out as its own algorithm's plan lays out the same messages: the
+    host reduce in place as reduce_bcast's (combines streamed by their
+    senders' cores), the leaders' ring as the ring all-reduce's, the host
+    broadcast as the binomial's (with its copier) or the pipeline's.  The
+    chain runs them one after another, as run does: between two ranks no two
+    steps send the same way, and each step is matched as its own plan is."""
+    (host_reduce, leaders_ring, host_bcast), who = sched
+    if not hook or not _pipeline_fits(n, m * isz):
+        return None, None
+    steps = _all_reduce_reduce_bcast(n, r, host_reduce, m, isz, root, hook)[0]
+    if leaders_ring:
+        steps += _all_reduce_ring(n, r, leaders_ring, m, isz, root, hook)[0]
+    if who is None:                 # the pipeline, within its limit (LIMITS)
+        steps += _copied_by(Channel.RECEIVER, _broadcast(n, r, host_bcast, m, isz, root, 0)[0])
+    else:
+        steps += _copied_by(who, _broadcast(n, r, host_bcast, m, isz, root, 0)[0])
+    return steps, None
+
+
 def _paired(msgs):
     """The ring's messages regrouped so that step t holds the t-th send and the
     t-th receive (see _all_reduce_ring)."""
@@ -517,13 +538,14 @@ LAYOUTS = {("broadcast", "binomial"): _broadcast, ("broadcast", "pipeline"): _br
            ("all_reduce", "reduce_bcast"): _all_reduce_reduce_bcast,
            ("all_reduce", "ps"): _all_reduce_ps,
            ("all_reduce", "dbtree"): _all_reduce_dbtree,
+           ("all_reduce", "hierarchical"): _all_reduce_hierarchical,
            ("reduce", "ring"): _reduce_ring}
 
 # The layouts that refuse some sizes, each with the predicate (n, nbytes of the
 # collective's reference size) that it and applies() both use
 LIMITS = {("reduce_scatter", "direct"): _eager_blocks, ("all_gather", "bruck"): _scratch_fits,
           ("broadcast", "pipeline"): _pipeline_fits, ("reduce", "ring"): _scratch_fits,
-          ("reduce_scatter", "ring"): _scratch_fits}
+          ("reduce_scatter", "ring"): _scratch_fits, ("all_reduce", "hierarchical"): _pipeline_fits}
 
 
 def applies(collective, algo, n, nbytes):
@@ -569,8 +591,11 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
         return
     dtype = np.dtype(dtype)
     try:
-        steps, tmp_nbytes = layout(n, r, _schedule(mod, n, r, sched_count, root, dtype.itemsize),
-                                   block, dtype.itemsize, root, hook)
+        if hasattr(mod, "planned_phases"):      # a schedule that needs the communicator
+            sched = mod.planned_phases(comm, st.cache, sched_count, dtype.itemsize)
+        else:
+            sched = _schedule(mod, n, r, sched_count, root, dtype.itemsize)
+        steps, tmp_nbytes = layout(n, r, sched, block, dtype.itemsize, root, hook)
         if steps is not None and hasattr(mod, "copier"):
             # the module says who copies each receive, by its size (a variable-size
             # collective's differ): as its run does

@@ -37,10 +37,10 @@ A schedule's Msg is (op, peer, lo, hi): op "send", "recv" or "combine"
 (receive and combine into the elements [lo, hi) of the collective's
 result buffer), peer a rank; every message of a step is posted together.
 Messages on a lane of the call (an int ctx: the tag they travel on,
-fingerprint.LANE_TAGS; dbtree's two trees) or on a derived communicator's
-own context (its name: hierarchical's steps) carry it in ``ctx``
+fingerprint.LANE_TAGS; dbtree's two trees) carry it in ``ctx``
 (``on_context``): they match only messages of the same ctx, as on the
-wire; a plain Msg has ctx None.
+wire; a plain Msg has ctx None.  (The simulator also separates any other
+ctx value the same way.)
 A combine the sender copies (``sender_copies``) has ``copier`` "sender".
 Schedules of algorithms that cut messages into segments take ``itemsize``
 (bytes per element, default 4) as the runtime's ``seg_elems`` does.
@@ -66,7 +66,7 @@ def _tagged(m, op, peer, lo, hi, ctx=None, copier=None):
 
 
 def on_context(ctx, steps):
-    """steps with every message on the context named ctx (its peers unchanged)."""
+    """steps with every message on lane ctx (its peers unchanged)."""
     return [[_tagged(m, *m, ctx=ctx) for m in step] for step in steps]
 
 
@@ -80,8 +80,8 @@ def sender_copies(steps):
 
 
 def relabel(steps, ranks):
-    """steps of a sub-communicator with each peer q replaced by ranks[q] (its rank
-    here), context names and copiers kept."""
+    """steps of a group of ranks with each peer q replaced by ranks[q] (its rank
+    here), lanes and copiers kept."""
     return [[_tagged(m, m.op, ranks[m.peer], m.lo, m.hi) for m in step] for step in steps]
 
 # the fingerprint's algorithm field (collectives/fingerprint.py)

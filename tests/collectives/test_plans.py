@@ -416,6 +416,39 @@ def test_ring_and_reduce_bcast_all_reduce_plans(algo, n, transport):
             assert where == "raised" and "mismatch" in msg and has_plan, (algo, where, msg)
 
 
+@pytest.mark.parametrize("hosts,transport", [((2, 2, 2), "shm"), ((3, 2), "tcp")],
+                         ids=lambda v: str(v))
+def test_hierarchical_all_reduce_plan_across_hosts(hosts, transport):
+    """Hosts of the sizes given (hierarchical's host seam), so the host reduce, the
+    leaders' ring and the host broadcast all run: on its plan the hierarchical
+    all-reduce gives the general path's bits and traffic, with the binomial
+    host broadcast and with the pipelined one (1 MiB, within its limit); above
+    the pipeline's limit it keeps to the general path; a late rank hands over
+    and a mismatch raises on every rank."""
+    env = {**ENV, "COMMRT_ALLREDUCE_ALGO": "hierarchical"}
+    owner = [h for h, size in enumerate(hosts) for _ in range(size)]
+    with World(len(owner), transport=transport, env=env, timeout=120) as w:
+        w.run(P.hosts_of, owner)
+        for count, dtype, op, want in ((5, "float32", "SUM", True),
+                                       (70_000, "float64", "MAX", True),
+                                       ((1 << 18) + 3, "float32", "SUM", True),
+                                       (1000, "int32", "AVG", True),
+                                       ((plans.PIPELINE_MAX_BYTES >> 2) + 1, "float32", "SUM",
+                                        False)):
+            for r, (planned, general, has_plan) in enumerate(
+                    w.run(P.same_results, "all_reduce", count, dtype, op, 0)):
+                assert planned == general, (count, dtype, r)
+                assert has_plan == want, (count, dtype, r)
+        for count in (7, 100_000):
+            for r, ((planned, general), has_plan) in enumerate(
+                    w.run(P.traffic, "all_reduce", count)):
+                assert has_plan and planned == general, (count, r, planned, general)
+        for digest, has_plan in w.run(P.late_rank, "all_reduce", 0.8, 100_000):
+            assert has_plan
+        for where, msg, has_plan in w.run(P.mismatch, "all_reduce", timeout=60):
+            assert where == "raised" and "mismatch" in msg and has_plan, (where, msg)
+
+
 @pytest.mark.parametrize("n", range(2, 10))
 def test_ring_all_reduce_plan_keeps_every_dependency_and_matches_step_for_step(n):
     """The ring's plan regroups its schedule (step t: the t-th send and the t-th

@@ -578,6 +578,25 @@ def each_algorithm_times_out(comm, cases, nbytes):
     return out
 
 
+def hosts_of(comm, per_host):
+    """Hierarchical's host seam: rank q on host q // per_host (0: the real hosts)."""
+    from commrt.collectives.all_reduce import hierarchical
+
+    hierarchical.HOST_OF = (lambda c, q: q // per_host) if per_host else None
+
+
+def rank_dies_in(comm, victim, kind, algo, nbytes):
+    """Rank `victim` is SIGKILLed 0.5 s after the others enter one call of `kind`
+    by `algo` (30 s deadline); returns this rank's error, or None if its part
+    of the call finished without it."""
+    x = np.ones(nbytes // 8)
+    comm.barrier()
+    if comm.rank == victim:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _catch(lambda: _collective(comm, kind, algo, x, 30))
+
+
 def last_rank_dies_in(comm, kind, algo, nbytes):
     """The last rank is SIGKILLed 0.5 s after the others enter one call of `kind` by
     `algo` (30 s deadline); returns this rank's error, or None if its part of

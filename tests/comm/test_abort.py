@@ -143,6 +143,49 @@ def test_a_dead_rank_fails_every_collective_and_algorithm():
                     assert r["s"] < 5, (kind, algo, r)
 
 
+HIERARCHICAL = [("all_reduce", "hierarchical")]
+
+
+@pytest.mark.parametrize("nbytes", [64, 1 << 20])
+def test_hierarchical_across_hosts_fails_every_rank_of_every_step(nbytes):
+    """Three hosts of two ranks (hierarchical's host seam), so the host reduce, the
+    leaders' ring and the host broadcast all run: a timeout on rank 0 and a
+    count that differs on rank 3 (not a leader) fail every rank within seconds,
+    those waiting in another host's or the leaders' step too, naming the same
+    rank; so does killing a leader (rank 2) inside the call."""
+    env = {"COMMRT_COLL_PROBE_S": "10"}      # an abort is heard at once, not at a probe
+    with World(6, transport="shm", env=env, timeout=60) as w:
+        w.run(R.hosts_of, 2)
+        late = w.run(R.each_algorithm_times_out, HIERARCHICAL, nbytes, timeout=30)
+        w.run(R.hosts_of, 2)
+        differ = w.run(R.each_algorithm_mismatched, HIERARCHICAL, nbytes, timeout=30)
+    for rank, (r,) in enumerate(late):
+        assert r is not None and r["type"] == "CommTimeoutError", (rank, r)
+        assert r["rank"] == late[0][0]["rank"], (rank, r, late[0])
+        assert r["s"] < 5, (rank, r)
+    for rank, ((now, later),) in enumerate(differ):
+        err = now or later
+        assert err is not None and err["type"] == "CollectiveMismatchError", (rank, now, later)
+        assert now is None or now["s"] < 5, (rank, now)
+
+    w = World(6, transport="shm", env=ENV, timeout=60).start()
+    try:
+        w.run(R.hosts_of, 2)
+        for conn in w._conns:
+            conn.send((R.rank_dies_in, (2, "all_reduce", "hierarchical", nbytes), {}))
+        deadline = time.monotonic() + 30
+        res = {}
+        for rank in (0, 1, 3, 4, 5):
+            status, value = w._receive(rank, deadline)
+            assert status == "ok", (rank, value)
+            res[rank] = value
+    finally:
+        w.close()
+    for rank, r in res.items():      # every survivor needs the leader's part of the sum
+        assert r is not None and r["type"] == "PeerLostError" and r["rank"] == 2, (rank, r)
+        assert r["s"] < 5, (rank, r)
+
+
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
 def test_every_survivor_names_the_rank_that_died_first(transport):
     """Rank 2 is SIGKILLed; rank 0 leaves as soon as it sees the failure.  The

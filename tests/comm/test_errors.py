@@ -50,21 +50,3 @@ def test_the_engine_accepts_exactly_the_failure_codes():
             eng.abort(2, [], "x", code=1, culprit=1)
     finally:
         eng.close()
-
-
-def test_renumbered_names_the_parent_communicators_ranks():
-    from commrt import errors as e
-
-    members = [0, 3]          # a derived communicator: its rank 1 is the parent's rank 3
-    lost = e.renumbered(e.PeerUnresponsiveError(1, "no heartbeat for 8.0 s", op="recv", tag=7),
-                        members)
-    assert type(lost) is e.PeerUnresponsiveError and lost.rank == 3
-    assert str(lost) == "lost peer rank 3 during recv (tag 7): no heartbeat for 8.0 s"
-    late = e.renumbered(e.CommTimeoutError("all_reduce", 1, 7, 2.0, "rank 0 of 2"), members)
-    assert late.peer == 3 and "waiting on rank 3" in str(late) and late.detail == "rank 0 of 2"
-    told = e.error_for(e.FailureCode.MISMATCH, "count differs", rank=1, origin=0)
-    moved = e.renumbered(told, members)
-    assert type(moved) is e.CollectiveMismatchError
-    assert (moved.rank, moved.origin) == (3, 0) and "(culprit rank 3)" in str(moved)
-    plain = e.CommError("closed")
-    assert e.renumbered(plain, members) is plain

@@ -71,9 +71,9 @@ def test_a_combine_the_sender_copies_overlaps_its_copy_with_the_combining():
     plain = [[[registry.Msg(*m) for m in step] for step in s] for s in steps]
     assert simulate(topo(1, 2, segment=seg), lambda r: plain[r]) == pytest.approx(
         A + k * B + k * G, rel=1e-9)
-    # kept through a sub-communicator's relabelling and context (hierarchical's)
-    moved = registry.relabel(registry.on_context("host", steps[0]), [5, 7])
-    assert moved[0][0].copier == "sender" and moved[0][0].ctx == "host" and moved[0][0].peer == 7
+    # kept through a group's relabelling (hierarchical's) and a lane (dbtree's)
+    moved = registry.relabel(registry.on_context(3, steps[0]), [5, 7])
+    assert moved[0][0].copier == "sender" and moved[0][0].ctx == 3 and moved[0][0].peer == 7
 
 
 def test_the_schedule_is_the_runtimes():
