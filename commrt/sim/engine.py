@@ -37,7 +37,9 @@ per message size) and its combining (bytes·γ) run on the receiving rank's
 thread, one receive after another, from the moment both sides have posted.
 With ``cores`` (per node) the CPU is shared too, for more ranks than cores:
 that work (and a network receive's combining) also holds one of the node's
-cores, the earliest free, and α_shm becomes ``alpha_oversub`` (a hop of an
+cores, in the first gap long enough from when it is ready (work is booked
+as messages are matched, often for later than work matched after it:
+_Cores), and α_shm becomes ``alpha_oversub`` (a hop of an
 8-byte ring pass round the node's ranks on its cores: matching and waking a
 descheduled receiver) where it is given.
 Events run in time order, so NIC queues serve in the order messages are
@@ -103,6 +105,7 @@ schedule's claim, which tests/sim test for every rank at small N and the run
 re-checks against a sample of ranks (the first, the last, the middle, eight
 more); the ring at 16,384 ranks has 5·10⁸ messages, too many to list.
 """
+import bisect
 import heapq
 import math
 from collections import defaultdict, deque
@@ -369,6 +372,45 @@ def _rank0(topo, steps, itemsize):
     return t
 
 
+class _Cores:
+    """C cores: the busy intervals booked on each.  A piece of work may start on
+    any core from its ready time on, in the first gap long enough for it:
+    work is booked as messages are matched, often for later than work booked
+    after it (a network segment's copies when its data lands, a local copy
+    now), and a core booked for later is still free before."""
+    __slots__ = ("busy",)
+
+    def __init__(self, count):
+        self.busy = [[] for _ in range(count)]     # per core: [(start, end), ...] sorted
+
+    def earliest(self, ready, work):
+        """(start, core) of the first gap of `work` seconds from `ready` on."""
+        best = None
+        for c, booked in enumerate(self.busy):
+            start = ready
+            for b0, b1 in booked:
+                if b1 <= start:
+                    continue
+                if b0 >= start + work:
+                    break
+                start = b1
+            if best is None or start < best[0]:
+                best = (start, c)
+        return best
+
+    def book(self, core, start, end):
+        bisect.insort(self.busy[core], (start, end))
+
+    def forget(self, before):
+        """Drop the intervals that ended before `before` (nothing starts earlier)."""
+        for c, booked in enumerate(self.busy):
+            i = 0
+            while i < len(booked) and booked[i][1] <= before:
+                i += 1
+            if i:
+                del booked[:i]
+
+
 def _full(topo, steps, itemsize):
     n = topo.ranks
     egress = [0.0] * topo.nodes
@@ -382,16 +424,16 @@ def _full(topo, steps, itemsize):
     done_at = [0.0] * n            # when the current step's receives have completed
     index = [0] * n
     finish = [0.0] * n
-    pool = [0.0] * topo.cores if topo.cores and topo.shared_cores else None
-    free = ([pool if pool is not None else [0.0] * topo.cores for _ in range(topo.nodes)]
+    pool = _Cores(topo.cores) if topo.cores and topo.shared_cores else None
+    free = ([pool if pool is not None else _Cores(topo.cores) for _ in range(topo.nodes)]
             if topo.cores else None)
     events = []
     for r in range(n):      # each rank's own call (its Python) first, on a core where shared
         start = 0.0
         if free is not None and topo.call:
             cores = free[topo.node(r)]
-            start = heapq.heappop(cores)
-            heapq.heappush(cores, start + topo.call)
+            start, core = cores.earliest(0.0, topo.call)
+            cores.book(core, start, start + topo.call)
         events.append((start + topo.call, r))
     heapq.heapify(events)
     mine = [0.0] * n               # when each rank (one thread) is done with its copies
@@ -451,7 +493,7 @@ def _full(topo, steps, itemsize):
         start = max(ready, mine[dst])
         cores = free[topo.node(dst)] if free is not None else None
         if cores is not None:
-            start = max(start, heapq.heappop(cores))
+            start, core = cores.earliest(start, work)
         if local and topo.bus_at and not streamed:
             # the copy's share of the node's memory (bus_at): one copy's at a time,
             # the core held (and the copy's other part waiting) meanwhile
@@ -460,7 +502,7 @@ def _full(topo, steps, itemsize):
             bus[node] = at + nbytes * topo.m(nbytes)
             work += at - (start + a)
         if cores is not None:
-            heapq.heappush(cores, start + work)
+            cores.book(core, start, start + work)   # (bus_at's wait may overlap a booking)
         mine[dst] = start + work
         return max(start + work, floor)
 
@@ -509,8 +551,15 @@ def _full(topo, steps, itemsize):
             return depart(src, dst, nbytes, max(t, post)), t, local, alone
         return depart(src, dst, nbytes, t), t, local, alone
 
+    pools = {id(c): c for c in free} if free is not None else {}
+    popped = 0
     while events:
         t, r = heapq.heappop(events)
+        popped += 1
+        if pools and not popped % 256:
+            # no work is ready before the event being handled: what ended is history
+            for c in pools.values():
+                c.forget(t)
         if index[r] == len(steps[r]):
             if pending[r]:              # a send not yet taken: its completion ends it
                 ending[r] = True

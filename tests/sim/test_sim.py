@@ -52,6 +52,23 @@ def test_ranks_sharing_cores_take_turns_on_them():
     assert two > plenty * 1.5
 
 
+def test_a_core_booked_for_later_is_free_before():
+    """Work is booked on the cores as messages are matched, often for later than
+    work matched after it (a network segment's copies when its data lands):
+    the later work takes the gap before, on the core free soonest, never an
+    interval already booked."""
+    cores = engine._Cores(2)
+    cores.book(0, 10.0, 11.0)
+    assert cores.earliest(0.0, 2.0) == (0.0, 0)         # before the booking, not after
+    assert cores.earliest(9.5, 1.0) == (9.5, 1)         # the other core is free then
+    cores.book(1, 9.0, 12.0)
+    assert cores.earliest(9.5, 1.0) == (11.0, 0)        # both busy: the first to free up
+    assert cores.earliest(8.5, 2.0) == (11.0, 0)        # gaps too short are skipped
+    assert cores.earliest(8.0, 2.0) == (8.0, 0)         # one just long enough is taken
+    cores.forget(11.5)
+    assert cores.busy == [[], [(9.0, 12.0)]]
+
+
 def test_a_combine_the_sender_copies_overlaps_its_copy_with_the_combining():
     """The binomial reduce's combines are the senders' copies (registry.sender_copies:
     Channel.SENDER, streamed through the pair's ring while the receiver combines),
