@@ -127,7 +127,7 @@ def test_a_dead_rank_fails_every_collective_and_algorithm():
             w = World(3, transport="shm", env=ENV, timeout=60).start()
             try:
                 for conn in w._conns:
-                    conn.send((R.last_rank_dies_in, (kind, algo, 1 << 19), {}))
+                    conn.send((R.rank_dies_in, (2, kind, algo, 1 << 19), {}))
                 deadline = time.monotonic() + 30
                 res = []
                 for rank in (0, 1):
