@@ -335,10 +335,7 @@ def _all_reduce_hierarchical(n, r, sched, m, isz, root, hook):
     steps = _all_reduce_reduce_bcast(n, r, host_reduce, m, isz, root, hook)[0]
     if leaders_ring:
         steps += _all_reduce_ring(n, r, leaders_ring, m, isz, root, hook)[0]
-    if who is None:                 # the pipeline, within its limit (LIMITS)
-        steps += _copied_by(Channel.RECEIVER, _broadcast(n, r, host_bcast, m, isz, root, 0)[0])
-    else:
-        steps += _copied_by(who, _broadcast(n, r, host_bcast, m, isz, root, 0)[0])
+    steps += _copied_by(who, _broadcast(n, r, host_bcast, m, isz, root, 0)[0])
     return steps, None
 
 

@@ -354,7 +354,7 @@ def hierarchical(comm, seed, n, hosts):
     the payload bytes this rank sent to ranks on other hosts."""
     from commrt.collectives.all_reduce import hierarchical as H
 
-    H.HOST_OF = lambda c, q: hosts[c.world_rank(q)]
+    H.pretend_hosts(comm, hosts)
     try:
         sub = C.new_group(comm, list(range(comm.size)))  # fresh state: groups derived anew
         x = data(seed, comm.rank, n, "float64")
@@ -368,7 +368,7 @@ def hierarchical(comm, seed, n, hosts):
                     if hosts[q] != hosts[comm.rank])
         return cross
     finally:
-        H.HOST_OF = None
+        H.pretend_hosts(comm, None)
 
 
 def device_arrays(comm, n):

@@ -149,13 +149,6 @@ def _vcall(c, kind, seed, n, dtype, root, kw):
     raise ValueError(kind)
 
 
-def hosts_of(comm, owner):
-    """Hierarchical's host seam: rank q of any communicator on host owner[q]."""
-    from commrt.collectives.all_reduce import hierarchical
-
-    hierarchical.HOST_OF = lambda c, q: owner[q]
-
-
 def same_results(comm, kind, n, dtype, op, root):
     """Planned calls against the general path on the same data: (planned digests,
     general digests, whether a plan was taken)."""

@@ -15,6 +15,7 @@ import pytest
 
 import trace_ranks as T
 from commrt.collectives import registry
+from commrt.collectives.all_reduce import hierarchical
 from commrt.testing import World
 
 # 1 KiB segments: 256 float32, so a few thousand elements make several segments
@@ -96,7 +97,7 @@ def test_hierarchical_over_hosts_is_its_schedule():
     leaders' ring and the host broadcast all run; at 1 MiB the host broadcast
     is the pipelined one."""
     with World(5, transport="shm", env=ENV, timeout=120) as w:
-        w.run(T.hosts_of, 2)
+        w.run(hierarchical.pretend_hosts, [0, 0, 1, 1, 2])
         for count in (COUNT, (1 << 18) + 3):
             out = w.run(T.trace, "all_reduce", "hierarchical", count)
             for rank, (log, steps) in enumerate(out):

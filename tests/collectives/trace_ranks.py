@@ -66,13 +66,6 @@ def _install():
     Call._traced = True
 
 
-def hosts_of(comm, per_host):
-    """Use hierarchical's host seam: rank q on host q // per_host (0: the real hosts)."""
-    from commrt.collectives.all_reduce import hierarchical
-
-    hierarchical.HOST_OF = (lambda c, q: q // per_host) if per_host else None
-
-
 def _counts(n, seed):
     rng = np.random.default_rng(seed)
     return [int(c) for c in rng.choice([0, 1, 7, 300], n)]

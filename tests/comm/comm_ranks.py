@@ -578,13 +578,6 @@ def each_algorithm_times_out(comm, cases, nbytes):
     return out
 
 
-def hosts_of(comm, per_host):
-    """Hierarchical's host seam: rank q on host q // per_host (0: the real hosts)."""
-    from commrt.collectives.all_reduce import hierarchical
-
-    hierarchical.HOST_OF = (lambda c, q: q // per_host) if per_host else None
-
-
 def rank_dies_in(comm, victim, kind, algo, nbytes):
     """Rank `victim` is SIGKILLed 0.3 s after the others enter one call of `kind`
     by `algo` (30 s deadline; a rank that had not entered it yet fails as it

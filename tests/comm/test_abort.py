@@ -5,6 +5,7 @@ import time
 import pytest
 
 from commrt.collectives import ALGORITHMS
+from commrt.collectives.all_reduce import hierarchical
 from commrt.errors import FailureCode
 from commrt.testing import World
 
@@ -144,6 +145,7 @@ def test_a_dead_rank_fails_every_collective_and_algorithm():
 
 
 HIERARCHICAL = [("all_reduce", "hierarchical")]
+HOSTS = [0, 0, 1, 1, 2, 2]          # world rank -> pretend host
 
 
 @pytest.mark.parametrize("nbytes", [64, 1 << 20])
@@ -155,9 +157,8 @@ def test_hierarchical_across_hosts_fails_every_rank_of_every_step(nbytes):
     rank; so does killing a leader (rank 2) inside the call."""
     env = {"COMMRT_COLL_PROBE_S": "10"}      # an abort is heard at once, not at a probe
     with World(6, transport="shm", env=env, timeout=60) as w:
-        w.run(R.hosts_of, 2)
+        w.run(hierarchical.pretend_hosts, HOSTS)
         late = w.run(R.each_algorithm_times_out, HIERARCHICAL, nbytes, timeout=30)
-        w.run(R.hosts_of, 2)
         differ = w.run(R.each_algorithm_mismatched, HIERARCHICAL, nbytes, timeout=30)
     for rank, (r,) in enumerate(late):
         assert r is not None and r["type"] == "CommTimeoutError", (rank, r)
@@ -170,7 +171,7 @@ def test_hierarchical_across_hosts_fails_every_rank_of_every_step(nbytes):
 
     w = World(6, transport="shm", env=ENV, timeout=60).start()
     try:
-        w.run(R.hosts_of, 2)
+        w.run(hierarchical.pretend_hosts, HOSTS)
         for conn in w._conns:
             conn.send((R.rank_dies_in, (2, "all_reduce", "hierarchical", nbytes), {}))
         deadline = time.monotonic() + 30

@@ -29,9 +29,18 @@ from commrt.collectives.broadcast import binomial as bcast_binomial
 from commrt.collectives.broadcast import pipeline as bcast_pipeline
 from commrt.collectives.reduce import binomial as reduce_binomial
 from commrt.collectives.registry import relabel
+from commrt.comm import Channel
 
-# Test seam: a function (comm, rank) -> host id, replacing comm.host_of.
+# Test seam: a function (comm, rank) -> host id, replacing comm.host_of (pretend_hosts).
 HOST_OF = None
+
+
+def pretend_hosts(comm, hosts):
+    """Test seam: in this process, world rank w is on host hosts[w] in every
+    communicator (None: the real hosts again).  comm: unused, so that a test
+    world can run it on every rank (World.run)."""
+    global HOST_OF
+    HOST_OF = None if hosts is None else (lambda c, q: hosts[c.world_rank(q)])
 
 
 TIE = 7
@@ -105,7 +114,7 @@ def planned_phases(comm, cache, count, itemsize):
     run's broadcast chooses (the binomial's copier, the pipeline's reads)."""
     nbytes = count * itemsize
     who = (bcast_binomial.copier(comm.channel, cache) if broadcast_algo(nbytes) == "binomial"
-           else None)
+           else Channel.RECEIVER)        # the pipeline's receivers read (its run's irecv)
     return phases(comm.size, comm.rank, count, itemsize, host_groups(comm)), who
 
 
