@@ -1,7 +1,8 @@
 """Direct all-gather (large messages, more ranks than cores).
 
-Copy one's block into out; receive every other rank's block straight into
-out and send one's own to every other rank, all at once (to r+k, from r-k,
+Receive every other rank's block straight into out and send one's own (from
+the input) to every other rank, all at once, then copy it into out while
+they go (as ring.py's first step) (to r+k, from r-k,
 k = 1 .. N-1, so no rank is everyone's first target).  One round instead of
 the ring's N-1 dependent steps: where a rank must wait for a context switch
 before it can forward (ranks outnumber cores), that wait is paid once.  On
@@ -75,7 +76,6 @@ def copier(chan, cache, nbytes):
 def run(call, out, buf):
     n, r = call.size, call.rank
     m = buf.size
-    out[r * m:(r + 1) * m] = buf
     who = copier(call.chan, call.state.cache, buf.nbytes)
     rvs = []
     for k in range(1, n):
@@ -83,4 +83,5 @@ def run(call, out, buf):
         rvs.append(call.irecv(out[q * m:(q + 1) * m], q, who))
     for k in range(1, n):
         call.isend(buf, (r + k) % n)
+    out[r * m:(r + 1) * m] = buf
     call.waitall(rvs)

@@ -1,10 +1,14 @@
 """Ring all-gather (large messages).
 
-Copy one's block into out; at step s send block r-s to the right and
-receive block r-s-1 from the left straight into out (N-1 steps).  Each
-step is an exchange: over shared memory the receiver reads blocks of 512
-KiB and more (Call.irecv's copier EXCHANGE; N = 2, freshly written blocks
-of 1 MiB: 213 -> 158 us), smaller ones stream.
+At step s send block r-s to the right and receive block r-s-1 from the left
+straight into out (N-1 steps); step 0 sends one's own block from the input
+and copies it into out while it goes (the copy overlaps the peer's read,
+which then finds lines this core has not just written: N = 2, 1 MiB,
+freshly written, 67-80 -> 56-57 us; on the host's slow state, where lines
+move between cores slowly, 295 -> 95-118; plans._own_block_from_input).
+Each step is an exchange: over shared memory the receiver reads blocks of
+512 KiB and more (Call.irecv's copier EXCHANGE; N = 2, freshly written
+blocks of 1 MiB: 213 -> 158 us), smaller ones stream.
 Cost: (N-1)·(α + K/N·β), each step waiting on the left neighbour's forward
 (α_busy with more ranks than cores).  Bytes sent per rank: (N-1)·|block|.
 """
@@ -35,15 +39,16 @@ def schedule(n, rank, count, root=0):
 def run(call, out, buf):
     n, r = call.size, call.rank
     m = buf.size
-    out[r * m:(r + 1) * m] = buf
     if n == 1:
+        out[r * m:(r + 1) * m] = buf
         return
     right, left = (r + 1) % n, (r - 1) % n
     rvs = []
     for s in range(n - 1):
         c = (r - s - 1) % n
         rvs.append(call.irecv(out[c * m:(c + 1) * m], left, Channel.EXCHANGE))
-    call.isend(out[r * m:(r + 1) * m], right)
+    call.isend(buf, right)
+    out[r * m:(r + 1) * m] = buf
     for s in range(n - 1):
         call.wait(rvs[s])
         if s < n - 2:

@@ -1,8 +1,8 @@
 """Direct all_gatherv.
 
-Copy one's block into out; receive every other rank's block straight into
-its place in out and send one's own block to every other rank, all at once
-(to r+k, from r-k, k = 1 .. N-1).  Each block is copied as the direct
+Receive every other rank's block straight into its place in out and send
+one's own block (from the input) to every other rank, all at once (to r+k,
+from r-k, k = 1 .. N-1), then copy it into out while they go.  Each block is copied as the direct
 all-gather's (``copier``, all_gather/direct.py: its sender writes it below the
 single-copy threshold where ranks crowd the cores, else its receiver reads
 it), by its own size.
@@ -37,7 +37,6 @@ def schedule(n, rank, counts, root=0):
 def run(call, out, buf, counts):
     n, r = call.size, call.rank
     offs = offsets(counts)
-    out[offs[r]:offs[r + 1]] = buf
     rvs = []
     for k in range(1, n):
         q = (r - k) % n
@@ -45,4 +44,5 @@ def run(call, out, buf, counts):
         rvs.append(call.irecv(block, q, copier(call.chan, call.state.cache, block.nbytes)))
     for k in range(1, n):
         call.isend(buf, (r + k) % n)
+    out[offs[r]:offs[r + 1]] = buf
     call.waitall(rvs)

@@ -1,9 +1,9 @@
 """Ring all_gatherv.
 
-Copy one's block into out; at step s send block r-s to the right and
-receive block r-s-1 from the left straight into its place in out (N-1
-steps), each receive half of an exchange (copier EXCHANGE, as
-all_gather/ring.py's).
+At step s send block r-s to the right and receive block r-s-1 from the left
+straight into its place in out (N-1 steps), each receive half of an
+exchange (copier EXCHANGE); one's own block sent from the input and copied
+into out while it goes (all as all_gather/ring.py's).
 Cost: (N-1)·α + (K - |own block|)·β, the largest block setting each step.
 Bytes sent per rank: K - |block r+1|.
 """
@@ -38,15 +38,16 @@ def schedule(n, rank, counts, root=0):
 def run(call, out, buf, counts):
     n, r = call.size, call.rank
     offs = offsets(counts)
-    out[offs[r]:offs[r + 1]] = buf
     if n == 1:
+        out[offs[r]:offs[r + 1]] = buf
         return
     right, left = (r + 1) % n, (r - 1) % n
     rvs = []
     for s in range(n - 1):
         c = (r - s - 1) % n
         rvs.append(call.irecv(out[offs[c]:offs[c + 1]], left, Channel.EXCHANGE))
-    call.isend(out[offs[r]:offs[r + 1]], right)
+    call.isend(buf, right)
+    out[offs[r]:offs[r + 1]] = buf
     for s in range(n - 1):
         call.wait(rvs[s])
         if s < n - 2:
