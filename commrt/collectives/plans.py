@@ -425,6 +425,13 @@ def _copied_by(copier, steps):
     return _copied_each(lambda nbytes: copier, steps)
 
 
+def _copied_from(who, steps):
+    """Each receive of steps with the copier who(its peer) names, 0 included (the
+    transport's choice)."""
+    return [[_with_copier(msg, who(msg[1])) if msg[0] == RECV else msg for msg in s]
+            for s in steps]
+
+
 def _copied_each(who, steps):
     """Each receive of steps with the copier who(its bytes) names; 0 leaves the
     receive as the layout made it (the transport's choice, or the layout's)."""
@@ -604,7 +611,12 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
         else:
             sched = _schedule(mod, n, r, sched_count, root, dtype.itemsize)
         steps, tmp_nbytes = layout(n, r, sched, block, dtype.itemsize, root, hook)
-        if steps is not None and hasattr(mod, "copier"):
+        if steps is not None and hasattr(mod, "copier_from"):
+            # the module says who copies each receive by its peer (a variable-size
+            # collective's exchanges of two unequal blocks): as its run does
+            steps = _copied_from(lambda peer: mod.copier_from(comm.channel, st.cache, sched_count,
+                                                              r, dtype.itemsize, peer), steps)
+        elif steps is not None and hasattr(mod, "copier"):
             # the module says who copies each receive, by its size (a variable-size
             # collective's differ): as its run does
             steps = _copied_each(lambda nbytes: mod.copier(comm.channel, st.cache, nbytes),

@@ -13,6 +13,7 @@ Bytes sent per rank: (N-1)·|own block|.
 """
 from commrt.collectives.chunking import offsets
 from commrt.collectives.all_gather.direct import copier, further
+from commrt.collectives.cost import exchange_half
 from commrt.collectives.registry import Msg
 
 TIE = 0
@@ -34,6 +35,14 @@ def schedule(n, rank, counts, root=0):
     return [recvs + sends] if n > 1 else []
 
 
+def copier_from(chan, cache, counts, rank, isz, peer):
+    """The copier of the receive of peer's block, the general path's and the plan's
+    (plans.prepare): the direct all-gather's by its size, as half of an
+    exchange of two blocks (cost.exchange_half)."""
+    recv, send = counts[peer] * isz, counts[rank] * isz
+    return exchange_half(chan, cache, copier(chan, cache, recv), recv, send)
+
+
 def run(call, out, buf, counts):
     n, r = call.size, call.rank
     offs = offsets(counts)
@@ -41,7 +50,8 @@ def run(call, out, buf, counts):
     for k in range(1, n):
         q = (r - k) % n
         block = out[offs[q]:offs[q + 1]]
-        rvs.append(call.irecv(block, q, copier(call.chan, call.state.cache, block.nbytes)))
+        rvs.append(call.irecv(block, q, copier_from(call.chan, call.state.cache, counts, r,
+                                                    buf.itemsize, q)))
     for k in range(1, n):
         call.isend(buf, (r + k) % n)
     out[offs[r]:offs[r + 1]] = buf

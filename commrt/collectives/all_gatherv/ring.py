@@ -8,6 +8,7 @@ Cost: (N-1)·α + (K - |own block|)·β, the largest block setting each step.
 Bytes sent per rank: K - |block r+1|.
 """
 from commrt.collectives.chunking import offsets
+from commrt.collectives.cost import exchange_half
 from commrt.collectives.registry import Msg
 from commrt.comm import Channel
 
@@ -35,6 +36,16 @@ def schedule(n, rank, counts, root=0):
     return steps
 
 
+def copier_from(chan, cache, counts, rank, isz, peer):
+    """The copier of each receive, the general path's and the plan's
+    (plans.prepare): EXCHANGE; at N = 2, where the one neighbour is both
+    sides of each exchange, as its half (cost.exchange_half)."""
+    if len(counts) != 2:
+        return Channel.EXCHANGE
+    recv, send = counts[peer] * isz, counts[rank] * isz
+    return exchange_half(chan, cache, Channel.EXCHANGE, recv, send)
+
+
 def run(call, out, buf, counts):
     n, r = call.size, call.rank
     offs = offsets(counts)
@@ -45,7 +56,8 @@ def run(call, out, buf, counts):
     rvs = []
     for s in range(n - 1):
         c = (r - s - 1) % n
-        rvs.append(call.irecv(out[offs[c]:offs[c + 1]], left, Channel.EXCHANGE))
+        rvs.append(call.irecv(out[offs[c]:offs[c + 1]], left,
+                              copier_from(call.chan, call.state.cache, counts, r, buf.itemsize, left)))
     call.isend(buf, right)
     out[offs[r]:offs[r + 1]] = buf
     for s in range(n - 1):
