@@ -168,6 +168,34 @@ def _sibling_copier(kind, algo, nbytes, crowded, cma_min):
     return Channel.SENDER if written else Channel.EXCHANGE
 
 
+@pytest.mark.parametrize("algo", ["direct", "ring"])
+def test_unequal_exchange_halves_across_the_read_threshold_both_stream(algo):
+    """N = 2, all_gatherv: blocks of 512 KiB - 4 B and 512 KiB sit on either side of
+    the size from which an exchange's half is read (a quarter of the single-copy
+    threshold, with a core per rank).  Both halves stream then (copier 0, the
+    transport's choice: cost.exchange_half), on the plan and the general path,
+    rather than one read while the other streams; blocks of 1 MiB and 1 MiB + 4 B,
+    both past it, are both read as before.  Outputs checked against NumPy."""
+    from commrt.collectives.cost import _cores
+    from commrt.comm import Channel
+
+    crowded = 2 > _cores()
+    with World(2, transport="shm", env=ENV, timeout=120) as w:
+        for n, straddles in ((131071, True), (262144, False)):   # blocks of n + q float32
+            res = w.run(P.v_copies, "all_gatherv", algo, n, 0)
+            cma_min = res[0][3]
+            assert 4 * n < cma_min // 4 <= 4 * (n + 1) or not straddles, cma_min
+            for dst, (_, has_plan, copiers, _) in enumerate(res):
+                want = 0 if straddles and not crowded else Channel.EXCHANGE
+                assert has_plan and copiers == {1 - dst: want}, (n, dst, copiers)
+            for src, (seen, _, _, _) in enumerate(res):
+                for per_call in seen:           # the plan's call, the general one's
+                    pushes, hdr, msgs = per_call[1 - src]
+                    streamed = hdr >= msgs * 5 * 64      # a header per 64 KiB chunk
+                    assert pushes == 0 and streamed == (straddles and not crowded), \
+                        (n, src, per_call)
+
+
 V_ALGOS = [("scatterv", "linear"), ("gatherv", "linear"), ("all_gatherv", "direct"),
            ("all_gatherv", "ring"), ("all_to_allv", "pairwise")]
 
