@@ -168,23 +168,27 @@ def _sibling_copier(kind, algo, nbytes, crowded, cma_min):
     return Channel.SENDER if written else Channel.EXCHANGE
 
 
-@pytest.mark.parametrize("algo", ["direct", "ring"])
-def test_unequal_exchange_halves_across_the_read_threshold_both_stream(algo):
-    """N = 2, all_gatherv: blocks of 512 KiB - 4 B and 512 KiB sit on either side of
-    the size from which an exchange's half is read (a quarter of the single-copy
-    threshold, with a core per rank).  Both halves stream then (copier 0, the
-    transport's choice: cost.exchange_half), on the plan and the general path,
-    rather than one read while the other streams; blocks of 1 MiB and 1 MiB + 4 B,
-    both past it, are both read as before.  Outputs checked against NumPy."""
+@pytest.mark.parametrize("kind, algo, straddling", [("all_gatherv", "direct", 131071),
+                                                    ("all_gatherv", "ring", 131071),
+                                                    ("all_to_allv", "pairwise", 131070)])
+def test_unequal_exchange_halves_across_the_read_threshold_both_stream(kind, algo, straddling):
+    """N = 2: the two blocks of each exchange, 512 KiB - 4 B and 512 KiB, sit on
+    either side of the size from which an exchange's half is read (a quarter of
+    the single-copy threshold, with a core per rank).  Both halves stream then
+    (copier 0, the transport's choice: cost.exchange_half), on the plan and the
+    general path, rather than one read while the other streams; blocks of about
+    1 MiB, both past it, are both read as before.  Outputs checked against
+    NumPy (P._vcall's blocks: n + q elements, all_to_allv's n + (s + 2d) % 3)."""
     from commrt.collectives.cost import _cores
     from commrt.comm import Channel
 
     crowded = 2 > _cores()
     with World(2, transport="shm", env=ENV, timeout=120) as w:
-        for n, straddles in ((131071, True), (262144, False)):   # blocks of n + q float32
-            res = w.run(P.v_copies, "all_gatherv", algo, n, 0)
+        for n, straddles in ((straddling, True), (262144, False)):
+            res = w.run(P.v_copies, kind, algo, n, 0)
             cma_min = res[0][3]
-            assert 4 * n < cma_min // 4 <= 4 * (n + 1) or not straddles, cma_min
+            sizes = sorted(_v_block_bytes(kind, n, src, 1 - src) for src in (0, 1))
+            assert (sizes[0] < cma_min // 4 <= sizes[1]) == straddles, (sizes, cma_min)
             for dst, (_, has_plan, copiers, _) in enumerate(res):
                 want = 0 if straddles and not crowded else Channel.EXCHANGE
                 assert has_plan and copiers == {1 - dst: want}, (n, dst, copiers)
