@@ -632,3 +632,44 @@ def split_copies(comm, nbytes, tries=5):
     split = comm.stats()[0]["split_copies"]
     comm.barrier()
     return ok, split
+
+
+def slow_streams(comm, nbytes, count):
+    """Rank 0 sends rank 1 `count` messages of nbytes (each its own bytes), then
+    the collectives take a turn (all-reduce, all-gather, broadcast of nbytes,
+    checked against NumPy).  Rank 1 returns whether each message arrived
+    intact, and its stats of rank 0 (stream rate, slow or not, messages read
+    for that) after the messages and after the collectives; both return the
+    collectives' checks and the engine's copy yardstick."""
+    import commrt.collectives as C
+
+    msgs = [(np.arange(nbytes, dtype=np.uint64) * 2654435761 + k).astype(np.uint8)
+            for k in range(count)]
+    keys = ("stream_ps_b", "stream_slow", "slow_reads")
+    ok, seen = [], []
+    for k in range(count):
+        if comm.rank == 0:
+            comm.send(msgs[k], 1, k + 1)
+        else:
+            buf = np.zeros(nbytes, np.uint8)
+            comm.recv(buf, 0, k + 1)
+            ok.append(bool(np.array_equal(buf, msgs[k])))
+    if comm.rank == 1:
+        seen.append({k: comm.stats()[0][k] for k in keys})
+    n = nbytes // 4
+    x = np.arange(n, dtype=np.float32) + comm.rank
+    checks = []
+    for _ in range(20):
+        y = x.copy()
+        C.all_reduce(comm, y, "SUM")
+        checks.append(bool(np.array_equal(y, 2 * np.arange(n, dtype=np.float32) + 1)))
+        out = np.empty(2 * n, np.float32)
+        C.all_gather(comm, out, x)
+        checks.append(bool(np.array_equal(out, np.concatenate([x - comm.rank, x - comm.rank + 1]))))
+        b = x.copy() if comm.rank == 0 else np.zeros(n, np.float32)
+        C.broadcast(comm, b, 0)
+        checks.append(bool(np.array_equal(b, np.arange(n, dtype=np.float32))))
+    if comm.rank == 1:
+        seen.append({k: comm.stats()[0][k] for k in keys})
+    comm.barrier()
+    return ok, seen, all(checks), comm._engine.copy_ps_b
