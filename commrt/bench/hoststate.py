@@ -88,9 +88,7 @@ def launch():
     """One launch of two ranks: rank 0's timings."""
     from commrt.testing import World
 
-    # streams stay streams: a peer found slow would otherwise be read from
-    # (COMMRT_STREAM_SLOW_RATIO, docs/transport.md), hiding the state probed for
-    with World(2, transport="shm", env={"COMMRT_STREAM_SLOW_RATIO": "0"}, timeout=60) as w:
+    with World(2, transport="shm", timeout=60) as w:
         return w.run(probe, timeout=60)[0]
 
 
