@@ -115,12 +115,6 @@ knob("COMMRT_CMA_MIN_BYTES", "auto", _size_or_auto,
      "cores at once, beat one process_vm_readv up to ~1 MiB.  auto: 2 MiB, or 1 MiB "
      "when a host's ranks outnumber its cores (streaming needs the sender scheduled too).  "
      "A collective may choose per receive (docs/transport.md, who copies).")
-knob("COMMRT_STREAM_SLOW_RATIO", 8.0, float,
-     "A peer whose messages streamed through the shared-memory ring take this many times a "
-     "private copy's time a byte is slow (a host state seen on VMs: streams 10-12x slower, "
-     "reads not): messages from it that would stream are read with process_vm_readv "
-     "instead, every 16th still streamed to tell when it is over (docs/transport.md).  "
-     "0: never.")
 knob("COMMRT_SPIN_US", 50.0, float,
      "Microseconds a waiter spins before it sleeps, at least (see COMMRT_OVERSUB_SPIN_US).")
 knob("COMMRT_OVERSUB_SPIN_US", 50.0, float,

@@ -253,8 +253,7 @@ cdef class Engine:
                   double oversub_spin_max_us=250.0,
                   double timeout=300.0, double progress_delay_us=1000.0,
                   uint64_t cma_min_bytes=12582912, uint64_t credit_bytes=4194304,
-                  double heartbeat_s=0.5, double liveness_timeout_s=8.0,
-                  double stream_slow_ratio=8.0):
+                  double heartbeat_s=0.5, double liveness_timeout_s=8.0):
         cdef epoll_event ev
         cdef pthread_condattr_t ca
         if size < 1 or rank < 0 or rank >= size:
@@ -277,8 +276,6 @@ cdef class Engine:
         # so a chunk must never split an element (every dtype's size divides 64)
         self.E.chunk = max(<uint64_t>64, chunk & ~(<uint64_t>63))
         self.E.cma_min = cma_min_bytes
-        self.E.slow_ratio = stream_slow_ratio
-        self.E.copy_ps_b = calibrate_copy() if stream_slow_ratio > 0 else 0
         self.E.credit_bytes = max(credit_bytes, <uint64_t>MIN_CREDIT)
         if not heartbeat_s >= 0 or not liveness_timeout_s >= 0:
             raise ValueError(f"heartbeat_s and liveness_timeout_s must be >= 0, got "
@@ -946,20 +943,10 @@ cdef class Engine:
                       # messages to it this rank wrote whole into its buffer (its receive's
                       # copier SENDER: process_vm_writev)
                       "pushes": p.pushes,
-                      # its streams' rate, picoseconds a byte (0: none timed), whether
-                      # they are slow (shm.pxi), and the messages read for that
-                      "stream_ps_b": p.stream_ps_b, "stream_slow": bool(p.stream_slow),
-                      "slow_reads": p.slow_reads,
                       # bytes read from each TCP stream (the channel's first, then its lanes)
                       "stream_bytes_recv": [p.rx_raw] + [p.lanes[k].rx_raw
                                                          for k in range(p.nlanes)]}
         return out
-
-    @property
-    def copy_ps_b(self):
-        """Picoseconds a byte of a private in-cache copy, measured at start: the
-        yardstick of slow streams (shm.pxi; 0 where COMMRT_STREAM_SLOW_RATIO is 0)."""
-        return self.E.copy_ps_b
 
     def liveness_info(self):
         """beats_paid: heartbeat rounds whose TCP beats and silence checks a

@@ -55,8 +55,6 @@ cdef struct eng_t:
     uint64_t eager_limit
     uint64_t chunk
     uint64_t cma_min    # smallest shared-memory message copied with process_vm_readv
-    uint64_t copy_ps_b  # a private copy in cache: picoseconds a byte (measured at start)
-    double slow_ratio   # streams costing this many copies a byte are slow (0: never)
     uint64_t credit_bytes   # unexpected-message bytes we hold for each peer (flow control)
     char *cbuf          # bounce buffer of reduce-receives over CMA (CMA_PIECE bytes, lazy)
     int64_t spin_ns     # current spin budget of a waiter (adapts, see block())
@@ -406,8 +404,6 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         if r == NULL or not span_fits(h.addr, h.nbytes, r.nbytes):
             peer_lost(E, p, E_PEER_LOST, b"protocol error: DATA for no active receive")
             return
-        if r.moved == 0 and r.nbytes >= SLOW_MIN_BYTES:
-            r.t_first = now_ns()            # timed for the peer's stream rate (shm.pxi)
         if r.hook != NULL:
             if h.addr % r.itemsize or h.nbytes % r.itemsize:
                 peer_lost(E, p, E_PEER_LOST, b"protocol error: DATA chunk splits an element")
@@ -418,7 +414,6 @@ cdef void on_message(eng_t *E, peer_t *p, hdr_t *h, const char *payload) noexcep
         r.moved += h.nbytes
         if r.moved >= r.nbytes:
             dlist_remove(&p.rxact_head, r)
-            stream_sample(E, p, r)
             complete(E, r, E_NONE)
     elif op == OP_FIN and h.meta == FIN_SPLIT:      # the sender's part of a split copy is in
         r = find_by_id(p.rxact_head, h.cookie)

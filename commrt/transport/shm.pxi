@@ -413,70 +413,6 @@ cdef void shm_disarm(eng_t *E, peer_t *p, req_t *r) noexcept nogil:
         cpu_relax()
 
 
-# Streams that crawl.  Some hosts (VMs) spend seconds to minutes at a time in a
-# state where a message streamed through the ring costs 10-12x as long (1 MiB
-# one way: 38 -> 460 us) while a process_vm_readv read and a private copy do
-# not change (docs/performance-collectives.md, "Twenty-sixth session"): ring
-# lines cross between the cores twice a use, a read's once.  The receiver times
-# each streamed receive from SLOW_MIN_BYTES up (first chunk to last: its copies
-# out of the ring) and keeps a moving average per peer; past E.slow_ratio
-# private copies a byte (E.copy_ps_b, measured at start) the peer's streams are
-# slow, and messages from it that would stream are read instead, but every
-# SLOW_PROBE_EVERY-th, which streams to tell when the state is over.  Not
-# where ranks outnumber cores (a stream there waits for its sender's turn on a
-# core, which is no property of the ring; cma_min and the copiers handle it).
-cdef enum:
-    SLOW_MIN_BYTES = 64 << 10
-    SLOW_PROBE_EVERY = 16
-    COPY_CAL_BYTES = 256 << 10
-
-
-cdef uint64_t calibrate_copy() noexcept nogil:
-    """Picoseconds a byte of a private in-cache copy: the best of 8 of 256 KiB."""
-    cdef char *a = <char *>malloc(2 * COPY_CAL_BYTES)
-    cdef volatile char sink = 0
-    cdef int64_t t, best = 0
-    cdef int i
-    if a == NULL:
-        return 0
-    memset(a, 1, 2 * COPY_CAL_BYTES)
-    for i in range(8):
-        a[i] = <char>i                      # each copy differs: none may be elided
-        t = now_ns()
-        memcpy(a + COPY_CAL_BYTES, a, COPY_CAL_BYTES)
-        t = now_ns() - t
-        sink = a[COPY_CAL_BYTES + i]
-        if i == 0 or t < best:
-            best = t
-    free(a)
-    return <uint64_t>max(best, 1) * 1000 // COPY_CAL_BYTES
-
-
-cdef inline void stream_sample(eng_t *E, peer_t *p, req_t *r) noexcept nogil:
-    """A streamed receive from p has all its bytes: fold its rate into p's."""
-    cdef uint64_t ps_b
-    if r.t_first == 0:
-        return
-    ps_b = <uint64_t>(now_ns() - r.t_first) * 1000 // r.nbytes
-    r.t_first = 0
-    p.stream_ps_b = ps_b if p.stream_ps_b == 0 else (p.stream_ps_b + ps_b) // 2
-    p.stream_slow = (E.slow_ratio > 0 and E.copy_ps_b > 0
-                     and p.stream_ps_b > E.slow_ratio * E.copy_ps_b)
-
-
-cdef inline bint read_slow(eng_t *E, peer_t *p, uint64_t nbytes) noexcept nogil:
-    """Whether a message the rules would stream is read because p's streams are
-    slow (above); every SLOW_PROBE_EVERY-th streams anyway."""
-    if not p.stream_slow or nbytes < SLOW_MIN_BYTES or E.oversub:
-        return False
-    if p.slow_probe == 0:
-        p.slow_probe = SLOW_PROBE_EVERY - 1
-        return False
-    p.slow_probe -= 1
-    p.slow_reads += 1
-    return True
-
-
 cdef inline bint read_early(eng_t *E, req_t *r, uint64_t nbytes) noexcept nogil:
     """Whether a receive reads a message below cma_min: where ranks share cores
     when its copier is the receiver (a stream cannot use two cores at once
@@ -563,17 +499,13 @@ cdef bint shm_pull(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     cma_min up, or below where the receive's copier says so (read_early)."""
     cdef int rc
     cdef uint64_t done = 0
-    cdef bint slow = False
     if r.copier == COPIER_SENDER and p.cma_ok:
         if r.hook == NULL:
             if shm_arm_push(E, p, r, h, 0):
                 return True
         elif not E.oversub:
-            if not read_slow(E, p, h.nbytes):
-                return False                # stream: the sender's core copies, ours combines
-            slow = True
-    if not p.cma_ok or (h.nbytes < E.cma_min and not slow and not read_early(E, r, h.nbytes)
-                        and not read_slow(E, p, h.nbytes)):
+            return False                    # stream: the sender's core copies, ours combines
+    if not p.cma_ok or (h.nbytes < E.cma_min and not read_early(E, r, h.nbytes)):
         return False
     if split_ok(E, p, r, h) and shm_split_read(E, p, r, h):
         return True

@@ -173,8 +173,6 @@ cdef struct req_t:
     int slot            # a push armed for it: its slot + 1 (0: none)
     uint64_t split_at   # a split copy (shm.pxi): where the sender's part begins (0: none)
     uint64_t split_cookie   # ... and the sender's send id, for the FIN once both parts are in
-    int64_t t_first     # a streamed receive's first DATA chunk (now_ns), timed for
-                        # the peer's stream rate (shm.pxi stream_sample); 0: not timed
     bint lent           # failed while its sender may still be writing into buf:
                         # the Request keeps buf alive for good (Engine._sweep)
     # reduce-receive (recv only): the payload is combined into buf by hook, in
@@ -294,10 +292,6 @@ cdef struct peer_t:
     uint64_t splits_shared  # messages received as split copies whose sender wrote its part
     uint64_t splits_alone   # ... whose sender had not begun: this rank read them whole
     uint64_t pushes         # messages this rank wrote whole into the peer's buffer (SENDER)
-    uint64_t stream_ps_b    # streamed receives from it: picoseconds a byte (EWMA; 0: none)
-    bint stream_slow        # ... past E.slow_ratio private copies: read instead (shm.pxi)
-    uint64_t slow_reads     # messages read because its streams were slow
-    uint32_t slow_probe     # countdown to the next message streamed anyway (a new sample)
     # --- TCP receive state
     char *rxbuf
     size_t rx_pos

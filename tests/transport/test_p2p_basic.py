@@ -216,29 +216,3 @@ def test_a_large_one_way_message_is_copied_by_both_cores_or_by_the_receiver_alon
     assert split["alone"] >= 1, split       # (the slept-on one at least)
     if cores == "own":
         assert split["shared"] >= 1, split
-
-
-@pytest.mark.parametrize("ratio", ["0.000001", "0"])
-def test_a_peer_whose_streams_crawl_is_read_from_instead(ratio):
-    """Each streamed receive from 64 KiB up is timed against a private copy
-    (shm.pxi, slow streams).  With COMMRT_STREAM_SLOW_RATIO so small that every
-    stream counts as slow, messages that would stream (512 KiB, below the
-    single-copy threshold) are read with process_vm_readv instead, all but one
-    in SLOW_PROBE_EVERY (16), which streams for a new sample; with 0 nothing
-    changes and no copy is timed.  Every message arrives intact, and
-    all-reduce, all-gather and broadcast, whose receives (plain, exchanges and
-    reduce-receives) take the same rule, give NumPy's results."""
-    env = {"COMMRT_STREAM_SLOW_RATIO": ratio}
-    with World(2, transport="shm", env=env, timeout=60) as w:
-        res = w.run(R.slow_streams, 512 << 10, 40, timeout=50)
-    ok, (after_msgs, after_colls), colls_ok, copy_ps_b = res[1]
-    assert ok == [True] * 40 and colls_ok and res[0][2]
-    assert after_msgs["stream_ps_b"] > 0            # streams were timed either way
-    if ratio == "0":
-        assert copy_ps_b == 0 and not after_msgs["stream_slow"]
-        assert after_msgs["slow_reads"] == after_colls["slow_reads"] == 0
-    else:
-        assert copy_ps_b > 0 and after_msgs["stream_slow"]
-        # the first streamed (its sample makes the peer slow), then 15 of each 16 read
-        assert 39 * 15 // 16 <= after_msgs["slow_reads"] <= 39, after_msgs
-        assert after_colls["slow_reads"] > after_msgs["slow_reads"], after_colls
