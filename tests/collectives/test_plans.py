@@ -426,9 +426,11 @@ def test_a_call_without_a_plan_is_not_prepared_again():
 # regroups its steps by message position: chunks need not match), 200_000
 # float64 ones several segments per chunk.
 @pytest.mark.parametrize("algo", ["ring", "reduce_bcast", "ps", "dbtree"])
-@pytest.mark.parametrize("n,transport", [(2, "shm"), (3, "shm"), (5, "shm"), (3, "tcp")],
+@pytest.mark.parametrize("n,transport", [(2, "shm"), (5, "shm"), (3, "tcp")],
                          ids=lambda v: str(v))
 def test_ring_and_reduce_bcast_all_reduce_plans(algo, n, transport):
+    # (N = 3 on shared memory too until 2026-12-06: ~12 s of the suite for what
+    # N = 3 over TCP and N = 2 and 5 on shared memory already cover)
     env = {**ENV, "COMMRT_ALLREDUCE_ALGO": algo}
     with World(n, transport=transport, env=env, timeout=120) as w:
         for count, dtype, op in ((5, "float32", "SUM"), (65536 * 3 + 1, "float32", "SUM"),
