@@ -188,11 +188,11 @@ def _own_block_from_input(steps, r, off, nbytes):
 # the variable-size collectives: sched_count is their counts (a list, or
 # all_to_allv's matrix), positions in out as their schedules give them
 def _all_gatherv(n, r, sched, counts, isz, root, hook):
-    """direct and ring: as all_gather's (_all_gather_out), each receive half of an
-    exchange (direct's then take its module's copier, by each block's size,
-    applied by prepare), one's own block sent from the input."""
+    """direct and ring: as all_gather's (_all_gather_out), one's own block sent from
+    the input; each receive's copier is its module's copier_from (by its peer,
+    as half of an exchange), applied by prepare as run applies it."""
     offs = offsets(counts)
-    steps = _copied_by(Channel.EXCHANGE, [_msgs(s, isz, BUF, BUF) for s in sched])
+    steps = [_msgs(s, isz, BUF, BUF) for s in sched]
     return _own_block_from_input(steps, r, offs[r] * isz, counts[r] * isz), None
 
 

@@ -1,9 +1,9 @@
 """Direct all-gather (large messages, more ranks than cores).
 
-Receive every other rank's block straight into out and send one's own (from
-the input) to every other rank, all at once, then copy it into out while
-they go (as ring.py's first step) (to r+k, from r-k,
-k = 1 .. N-1, so no rank is everyone's first target).  One round instead of
+Receive every other rank's block straight into out and send one's own, from
+the input, to every other rank, all at once (to r+k, from r-k, k = 1 .. N-1,
+so no rank is everyone's first target); then copy it into out while they
+go, as ring.py's first step does.  One round instead of
 the ring's N-1 dependent steps: where a rank must wait for a context switch
 before it can forward (ranks outnumber cores), that wait is paid once.  On
 shared memory each block moves in one copy (``copier``): where ranks

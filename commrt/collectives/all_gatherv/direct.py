@@ -2,8 +2,8 @@
 
 Receive every other rank's block straight into its place in out and send
 one's own block (from the input) to every other rank, all at once (to r+k,
-from r-k, k = 1 .. N-1), then copy it into out while they go.  Each block is copied as the direct
-all-gather's (``copier``, all_gather/direct.py: its sender writes it below the
+from r-k, k = 1 .. N-1), then copy it into out while they go.  Each block
+is copied as the direct all-gather's (``copier``, all_gather/direct.py: its sender writes it below the
 single-copy threshold where ranks crowd the cores, else its receiver reads
 it), by its own size.
 Cost: α_busy + (N-2)·α' + (K - |own block|)·β (K = bytes of out), α' each

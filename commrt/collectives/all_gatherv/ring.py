@@ -53,11 +53,11 @@ def run(call, out, buf, counts):
         out[offs[r]:offs[r + 1]] = buf
         return
     right, left = (r + 1) % n, (r - 1) % n
+    who = copier_from(call.chan, call.state.cache, counts, r, buf.itemsize, left)
     rvs = []
     for s in range(n - 1):
         c = (r - s - 1) % n
-        rvs.append(call.irecv(out[offs[c]:offs[c + 1]], left,
-                              copier_from(call.chan, call.state.cache, counts, r, buf.itemsize, left)))
+        rvs.append(call.irecv(out[offs[c]:offs[c + 1]], left, who))
     call.isend(buf, right)
     out[offs[r]:offs[r + 1]] = buf
     for s in range(n - 1):
