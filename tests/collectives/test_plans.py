@@ -16,7 +16,10 @@ from commrt.testing import World, WorldError
 
 # the all-reduce's plans are recursive doubling's (whatever the cost model would
 # pick on a loaded host)
-ENV = {"COMMRT_COLL_PROBE_S": "0.5", "COMMRT_ALLREDUCE_ALGO": "recursive_doubling"}
+# Probes (and a plan's hand-over to the general path) after 0.3 s; a late rank comes
+# LATE_S after the others, past that interval with room for a loaded host.
+PROBE_S, LATE_S = 0.3, 0.45
+ENV = {"COMMRT_COLL_PROBE_S": str(PROBE_S), "COMMRT_ALLREDUCE_ALGO": "recursive_doubling"}
 
 
 @pytest.fixture(scope="module", params=[(2, "shm"), (3, "shm"), (4, "shm"), (5, "shm"),
@@ -342,7 +345,7 @@ def test_dbtree_runs_on_its_plan_over_many_segments(n, transport):
             assert [has for _, has in res] == [r not in general_ranks for r in range(n)]
         # a rank late past the probe interval: the others' chains stop mid-rounds and
         # hand over to the general path, which finishes the rounds on their lanes
-        res = w.run(P.late_rank, "all_reduce", 0.8, 1 << 19)
+        res = w.run(P.late_rank, "all_reduce", LATE_S, 1 << 19)
         assert len({d for d, _ in res}) == 1 and all(has for _, has in res), res
         # complex64 has no C loop: no plan, each round's combines through scratch
         for r, (planned, general, has_plan) in enumerate(
@@ -374,7 +377,7 @@ def test_mismatch_on_the_plan_raises_on_every_rank(world, kind):
 
 @pytest.mark.parametrize("kind", P.KINDS)
 def test_late_rank_hands_over_to_the_general_path(world, kind):
-    res = world.run(P.late_rank, kind, 0.8, 100)
+    res = world.run(P.late_rank, kind, LATE_S, 100)
     assert all(r[1] for r in res), res
 
 
@@ -444,10 +447,10 @@ def test_ring_and_reduce_bcast_all_reduce_plans(algo, n, transport):
             for r, ((planned, general), has_plan) in enumerate(
                     w.run(P.traffic, "all_reduce", count)):
                 assert has_plan and planned == general, (algo, count, r, planned, general)
-        # late by more than the probe interval (0.5 s): the others' chains hand over
-        for digest, has_plan in w.run(P.late_rank, "all_reduce", 0.65, 100_000):
+        # late by more than the probe interval: the others' chains hand over
+        for digest, has_plan in w.run(P.late_rank, "all_reduce", LATE_S, 100_000):
             assert has_plan
-        assert len({d for d, _ in w.run(P.late_rank, "all_reduce", 0.65, 3000)}) == 1
+        assert len({d for d, _ in w.run(P.late_rank, "all_reduce", LATE_S, 3000)}) == 1
         for where, msg, has_plan in w.run(P.mismatch, "all_reduce", timeout=60):
             assert where == "raised" and "mismatch" in msg and has_plan, (algo, where, msg)
 
@@ -479,7 +482,7 @@ def test_hierarchical_all_reduce_plan_across_hosts(hosts, transport):
             for r, ((planned, general), has_plan) in enumerate(
                     w.run(P.traffic, "all_reduce", count)):
                 assert has_plan and planned == general, (count, r, planned, general)
-        for digest, has_plan in w.run(P.late_rank, "all_reduce", 0.8, 100_000):
+        for digest, has_plan in w.run(P.late_rank, "all_reduce", LATE_S, 100_000):
             assert has_plan
         for where, msg, has_plan in w.run(P.mismatch, "all_reduce", timeout=60):
             assert where == "raised" and "mismatch" in msg and has_plan, (where, msg)
@@ -713,7 +716,7 @@ def test_a_call_naming_its_algorithm_runs_on_a_plan(n, transport):
     at that size (Rabenseifner's needs a power of two; the direct
     reduce-scatter's blocks beyond the eager limit), the general path as
     before."""
-    with World(n, transport=transport, env={"COMMRT_COLL_PROBE_S": "0.5"}, timeout=120) as w:
+    with World(n, transport=transport, env={"COMMRT_COLL_PROBE_S": str(PROBE_S)}, timeout=120) as w:
         for kind, algo in FORCED:
             for count in (7, 30_000):
                 nbytes = 4 * count * (n if kind in P.PER_BLOCK else 1)
@@ -744,7 +747,7 @@ def test_variable_size_collectives_are_planned(world, kind):
                                                                  world.size - 1)):
         assert has_plan and planned == general, (kind, r, planned, general)
     # (each rank's output is checked against NumPy inside the call)
-    res = world.run(P.late_rank, kind, 0.8, 100)
+    res = world.run(P.late_rank, kind, LATE_S, 100)
     assert all(has_plan for _, has_plan in res)
     if kind == "all_gatherv":
         assert len({d for d, _ in res}) == 1, res
@@ -767,7 +770,7 @@ def test_tree_all_reduce_is_planned_within_one_segment(n, transport):
                 assert planned == general and has_plan, (count, dtype, r)
         for r, ((planned, general), has_plan) in enumerate(w.run(P.traffic, "all_reduce", 3000)):
             assert has_plan and planned == general, (r, planned, general)
-        assert all(has_plan for _, has_plan in w.run(P.late_rank, "all_reduce", 0.8, 3000))
+        assert all(has_plan for _, has_plan in w.run(P.late_rank, "all_reduce", LATE_S, 3000))
         for r, (planned, general, has_plan) in enumerate(
                 w.run(P.same_results, "all_reduce", 65537, "float32", "SUM", 0)):
             assert planned == general and not has_plan, r

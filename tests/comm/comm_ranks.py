@@ -579,14 +579,14 @@ def each_algorithm_times_out(comm, cases, nbytes):
 
 
 def rank_dies_in(comm, victim, kind, algo, nbytes):
-    """Rank `victim` is SIGKILLed 0.3 s after the others enter one call of `kind`
+    """Rank `victim` is SIGKILLed 0.15 s after the others enter one call of `kind`
     by `algo` (30 s deadline; a rank that had not entered it yet fails as it
     does); returns this rank's error, or None if its part of the call
     finished without it."""
     x = np.ones(nbytes // 8)
     comm.barrier()
     if comm.rank == victim:
-        time.sleep(0.3)
+        time.sleep(0.15)
         os.kill(os.getpid(), signal.SIGKILL)
     return _catch(lambda: _collective(comm, kind, algo, x, 30))
 

@@ -32,7 +32,9 @@ CATCHES = """try:
 def test_stopped_rank_is_the_cause_not_the_ranks_that_lost_it(script, transport):
     prog = script(STOPS_ITSELF.format(survivor=RAISES))
     start = time.monotonic()
-    out = launch(["-n", "3", prog], timeout=100, env=clean_env(COMMRT_TRANSPORT=transport))
+    # (the liveness timeout scaled down from its default 8 s: test_liveness.py holds that)
+    out = launch(["-n", "3", prog], timeout=100,
+                 env=clean_env(COMMRT_TRANSPORT=transport, COMMRT_LIVENESS_TIMEOUT_S="3"))
     took = time.monotonic() - start
     assert out.returncode == 128 + signal.SIGSTOP, out.stderr
     assert "rank 2 (pid" in out.stderr and "was stopped" in out.stderr, out.stderr

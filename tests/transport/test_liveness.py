@@ -36,10 +36,10 @@ def test_stopped_rank_is_named_by_every_survivor_within_10_s(transport, tmp_path
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_rank_computing_or_sleeping_is_not_blamed(transport):
-    # the computing rank holds the GIL for 6 s, then sleeps 4 s: over three liveness timeouts
-    env = {"COMMRT_LIVENESS_TIMEOUT_S": "3"}
+    # the computing rank holds the GIL for 3 s, then sleeps 2 s: over three liveness timeouts
+    env = {"COMMRT_LIVENESS_TIMEOUT_S": "1.5", "COMMRT_HEARTBEAT_S": "0.25"}
     with World(2, transport=transport, env=env, timeout=90) as w:
-        res = w.run(W.compute_then_answer, 6.0, 4.0, timeout=90)
+        res = w.run(W.compute_then_answer, 3.0, 2.0, timeout=90)
         assert res[0] == 1 and res[1] > 0
         assert w.run(W.meta_words, 8)[1]["send"] == (W.HI, W.HI - 1)     # still healthy
 
