@@ -53,7 +53,7 @@ broadcasts the numbers so every rank picks the same algorithm.  They are
 cached in COMMRT_COST_CACHE per (transports, hostname, network namespace
 and interface, cores, ranks on the host, hosts), so later jobs skip the
 measurement once the entry has settled: until two quiet measurements
-agree (their α, α_busy, c_gen and α_plan within 1.5x; or four were taken),
+agree (their α, β, α_busy, c_gen and α_plan within 1.5x; or four were taken),
 each job measures again and the entry keeps each field's smaller value
 (``_merge``).  Samples that spread the way a busy host spreads them are
 used by their job (merged with the entry) but not stored.
@@ -216,10 +216,13 @@ def _store(transport, local, values, hosts=1, samples=1, settled=False):
 # slows a step down).  A first measurement taken in a slow state of the host,
 # with every sample equally slow, passes the spread test (NOISY) yet was kept
 # for good before: on 2026-12-04 an N = 2 entry with α 36 µs (3 µs quiet) made
-# auto take the ring reduce at 1 MiB, 1.9x slower than binomial.
-AGREE = 1.5            # the latency fields of two measurements within this factor agree
+# auto take the ring reduce at 1 MiB, 1.9x slower than binomial.  β agrees too:
+# at N = 2 it swings 3x with the host's state while the latencies do not
+# (1.7e-10 and 4.8-5.0e-10 s/B in three fresh calibrations within a minute,
+# 2026-12-06), and it sets the choice from a few MiB up.
+AGREE = 1.5            # the settling fields of two measurements within this factor agree
 SETTLE_AFTER = 4       # measurements after which the entry settles whatever they were
-_LATENCIES = ("alpha", "alpha_busy", "call", "alpha_plan")
+_AGREEING = ("alpha", "beta", "alpha_busy", "call", "alpha_plan")
 
 
 def _merge(prior, measured):
@@ -230,7 +233,7 @@ def _merge(prior, measured):
     values, samples, _ = prior
     merged = tuple(min(a, b) if a > 0 and b > 0 else max(a, b) for a, b in zip(values, measured))
     agree = all(max(a, b) <= AGREE * min(a, b)
-                for k, a, b in zip(FIELDS, values, measured) if k in _LATENCIES and a > 0 and b > 0)
+                for k, a, b in zip(FIELDS, values, measured) if k in _AGREEING and a > 0 and b > 0)
     return merged, samples + 1, agree or samples + 1 >= SETTLE_AFTER
 
 

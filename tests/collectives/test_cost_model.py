@@ -99,6 +99,10 @@ def test_a_cached_calibration_settles_once_two_measurements_agree():
     near = tuple(v * 1.2 for v in base)
     values, samples, settled = cost._merge((values, samples, settled), near)
     assert values == base and samples == 3 and settled
+    # latencies alike but β 3x apart (N = 2 in the host's slow state): not yet
+    slow_beta = tuple(v * 3 if k == "beta" else v for k, v in zip(cost.FIELDS, base))
+    assert cost._merge((slow_beta, 1, False), base)[1:] == (2, False)
+    assert cost._merge((base, 2, False), near)[1:] == (3, True)
     # four measurements settle it even when none agree
     prior = (slow, 3, False)
     assert cost._merge(prior, tuple(v * 3 for v in slow))[1:] == (4, True)
