@@ -22,6 +22,13 @@ from commrt import config
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_PROGRAM = os.path.join(HERE, "fault_rank.py")
 LAUNCH = [sys.executable, "-m", "commrt.launcher"]
+# The liveness tests here run with COMMRT_LIVENESS_TIMEOUT_S scaled down from its
+# default (8 s) to keep the suite short (tests/transport/test_liveness.py holds
+# the default bound); a stopped rank or a cut link is named within NAMED_WITHIN_S
+# (that bound plus a loaded host).
+LIVENESS_S = 3
+LIVENESS = {"COMMRT_LIVENESS_TIMEOUT_S": str(LIVENESS_S)}
+NAMED_WITHIN_S = 8.0
 # Every random choice of the campaign derives from this seed (COMMRT_FAULT_SEED, or a
 # fresh one printed in pytest's header): the tests' draws and hypothesis's cases.
 SEED = config.get("COMMRT_FAULT_SEED")

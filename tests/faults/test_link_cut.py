@@ -21,12 +21,8 @@ import time
 
 import pytest
 
-from harness import assert_culprit_named, run_job
+from harness import LIVENESS, NAMED_WITHIN_S, assert_culprit_named, run_job
 
-# COMMRT_LIVENESS_TIMEOUT_S scaled down from its default (8 s) to keep the suite short
-# (test_liveness.py holds the default bound); the bound plus a loaded host
-LIVENESS = {"COMMRT_LIVENESS_TIMEOUT_S": "3"}
-CUT_WITHIN_S = 8.0
 _count = itertools.count()
 
 
@@ -99,7 +95,8 @@ def test_a_cut_link_is_named_within_the_liveness_bound(two_hosts, rng, seed, tmp
         with open(os.path.join(results, "fault.json"), "w") as f:
             json.dump({"rank": culprit, "pid": None, "fault": "cut", "t": t}, f)
 
-    job = run_job(tmp_path, n, "auto", seed=seed, timeout=90, env={"COMMRT_TIMEOUT": "60", **LIVENESS},
+    job = run_job(tmp_path, n, "auto", seed=seed, timeout=90,
+                  env={"COMMRT_TIMEOUT": "60", **LIVENESS},
                   prefix=["ip", "netns", "exec", a],
                   launcher_args=["--hosts", f"{a}:{n - 1},{b}:1", "--ssh-cmd", "ip netns exec",
                                  "--bind", a_ip],
@@ -112,8 +109,8 @@ def test_a_cut_link_is_named_within_the_liveness_bound(two_hosts, rng, seed, tmp
     assert all(rec["transport"][str(culprit)] == "tcp"
                for r, rec in job.records.items() if rec and r != culprit), info
     assert_culprit_named(job, culprit, classes=("TransportError", "AbortedError"),
-                         within=CUT_WITHIN_S)
+                         within=NAMED_WITHIN_S)
     rec = job.records[culprit]
     assert rec is not None and rec["status"] == "error", f"rank {culprit} saw nothing\n{info}"
     assert "CommTimeoutError" not in rec["mro"], info
-    assert rec["t"] - job.fault["t"] < CUT_WITHIN_S, info
+    assert rec["t"] - job.fault["t"] < NAMED_WITHIN_S, info

@@ -2,12 +2,9 @@
 commrt-launch, N = 2..8, shared memory and TCP: a stopped rank holds its sockets
 open, only liveness tells it apart from a slow one (test_slow_rank.py)."""
 import pytest
-from harness import TRANSPORTS, assert_culprit_named, assert_no_leak_in_survivors, draw, run_job
+from harness import (LIVENESS, NAMED_WITHIN_S, TRANSPORTS, assert_culprit_named,
+                     assert_no_leak_in_survivors, draw, run_job)
 
-# COMMRT_LIVENESS_TIMEOUT_S scaled down from its default (8 s) to keep the suite short
-# (test_liveness.py holds the default bound); the bound plus a loaded host
-LIVENESS = {"COMMRT_LIVENESS_TIMEOUT_S": "3"}
-STOP_WITHIN_S = 8.0
 
 
 @pytest.mark.timeout(150)
@@ -24,7 +21,7 @@ def test_sigstop_is_named_within_the_liveness_bound(transport, rng, seed, tmp_pa
           f"{job.detection(culprit)} s")
     figure("sigstop", transport=transport, n=n, detected=job.detection(culprit))
     assert_culprit_named(job, culprit, classes=("TransportError", "AbortedError"),
-                         within=STOP_WITHIN_S)
+                         within=NAMED_WITHIN_S)
     for r, rec in job.survivors(culprit).items():
         assert "CommTimeoutError" not in rec["mro"], f"rank {r} timed out\n{job.describe()}"
     assert_no_leak_in_survivors(job, culprit)
