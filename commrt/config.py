@@ -152,6 +152,12 @@ knob("COMMRT_COST_CACHE", "~/.cache/commrt/cost.json", str,
      "File caching the measured alpha/beta/gamma per transport (empty: measure every job); "
      "an entry settles once two jobs' measurements agree, each job measuring until then.",
      empty=None)
+knob("COMMRT_TUNE", True, _bool,
+     "Choose the algorithm of large calls (from COMMRT_TUNE_MIN_BYTES) by timing the cost "
+     "model's plausible candidates once per size class (a power of two) and communicator, "
+     "inside the first such call (0: the model alone).")
+knob("COMMRT_TUNE_MIN_BYTES", 4 << 20, _size,
+     "Smallest call (its reference bytes, as the cost model's) whose algorithm is measured.")
 knob("COMMRT_RING_SEGMENT_BYTES", 256 << 10, _size,
      "Segment size of pipelined collectives (ring, tree, chain): reduce one while the next moves.")
 knob("COMMRT_SWITCH_INTERVAL_US", 500.0, float,

@@ -392,7 +392,7 @@ class Call:
         """What differs between this call and the message of rank src (its
         fingerprint fp = (meta, meta2), nbytes) that this rank received for it."""
         ours = (self.meta, self.meta2)
-        mine = describe_meta(*ours)
+        mine = describe_meta(*ours, serving=self.serving)
         if fp == ours:
             return (f"rank {self.rank} called {mine}; rank {src} sent {self._bytes(nbytes)} "
                     f"where this rank expected {self._bytes(expected)} from it (their counts "
@@ -469,7 +469,9 @@ def check_probes(st, call):
         ours = [(meta | (s & SEQ_MASK), meta2) for s, meta, meta2 in st.history if s == seq]
         if ours and theirs not in ours:
             mine = ours[-1]
-            reason = (f"collective mismatch: rank {call.rank} called {describe_meta(*mine)}; "
+            serving = call.serving if mine == (call.meta, call.meta2) else None
+            reason = (f"collective mismatch: rank {call.rank} called "
+                      f"{describe_meta(*mine, serving=serving)}; "
                       f"rank {status.source} called {describe_meta(*theirs)} "
                       f"[{', '.join(diff(mine, theirs)) or 'count'} differ]")
             call._abort_everywhere(reason)

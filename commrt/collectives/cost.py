@@ -73,6 +73,7 @@ from dataclasses import asdict, dataclass, replace
 from commrt import _lazy
 
 from commrt import config
+from commrt.collectives import tuning
 from commrt.rendezvous import netif
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
@@ -632,7 +633,9 @@ MAX_CHOICES = 4096       # remembered choices per collective and communicator
 
 def choose(collective, comm, nbytes, timeout=None):
     """The algorithm of `collective` for nbytes on comm: COMMRT_<COLLECTIVE>_ALGO,
-    else the cheapest by the model (memoised per size; the same on every rank).
+    else the cheapest by the model, or from COMMRT_TUNE_MIN_BYTES up the fastest
+    of its plausible candidates as measured (collectives/tuning.py) (memoised
+    per size; the same on every rank).
     timeout: the user call's, which bounds a calibration run inside it."""
     from commrt.collectives import registry
     from commrt.collectives.state import state_of
@@ -651,7 +654,11 @@ def choose(collective, comm, nbytes, timeout=None):
         if len(memo) >= MAX_CHOICES:      # bounded: sizes vary without end in some jobs
             memo.clear()
         p = params(comm, timeout, serving=collective)
-        algo = memo[nbytes] = cheapest(predict(collective, comm, nbytes, p))
+        pred = predict(collective, comm, nbytes, p)
+        algo = cheapest(pred)
+        if tuning.applies(collective, comm, nbytes):    # large: measured, once a size class
+            algo = tuning.choice(collective, comm, nbytes, pred, algo, p, timeout)
+        memo[nbytes] = algo
     return algo
 
 

@@ -17,7 +17,7 @@ LANE_TAGS = (9, 10)
 # Internal call kinds beside the registry's collectives (registry.BORROWS says
 # whose algorithm codes they carry).
 INTERNAL_KINDS = ("broadcast_obj", "all_gather_obj", "gather_obj", "split", "new_group",
-                  "calibrate")
+                  "calibrate", "tune")
 _KINDS = []
 KIND_BITS = 6
 
@@ -92,8 +92,9 @@ def unpack(meta, meta2=0):
             "count": meta2 >> 24}
 
 
-def describe_meta(meta, meta2=0):
-    """Text for a packed fingerprint."""
+def describe_meta(meta, meta2=0, serving=None):
+    """Text for a packed fingerprint; serving: the user's collective (its kind) the
+    call ran inside, where known (this rank's own calls)."""
     f = unpack(meta, meta2)
     names = kinds()
     kind = names[f["kind"]] if f["kind"] < len(names) else f"kind{f['kind']}"
@@ -106,6 +107,8 @@ def describe_meta(meta, meta2=0):
         from commrt.collectives import registry
 
         parts.append(f"algo={registry.name_of(kind, f['algo'])}")
+    if serving is not None:
+        return f"{serving} #{f['seq']} (its {kind}: {', '.join(parts)})"
     return f"#{f['seq']} {kind}({', '.join(parts)})"
 
 

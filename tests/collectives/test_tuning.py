@@ -1,0 +1,190 @@
+"""The measured choice of large calls (collectives/tuning.py): real worlds, the
+algorithms slowed on purpose where a test needs a known winner."""
+import time
+
+import numpy as np
+import pytest
+
+from commrt.collectives import cost, registry, tuning
+from commrt.collectives.state import state_of
+from commrt.errors import CollectiveMismatchError
+from commrt.testing import World
+
+pytestmark = pytest.mark.timeout(180)
+
+MIN = 64 << 10                  # COMMRT_TUNE_MIN_BYTES in these worlds: cheap trials
+ENV = {"COMMRT_TUNE_MIN_BYTES": str(MIN), "COMMRT_COLL_PROBE_S": "0.3"}
+NBYTES = 256 << 10
+SLOW_S = 0.02                   # what a slowed algorithm sleeps per run
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    env = dict(ENV, COMMRT_COST_CACHE=str(tmp_path_factory.mktemp("cost") / "cost.json"))
+    with World(2, transport="shm", env=env, timeout=120) as w:
+        yield w
+
+
+def test_decide_keeps_the_models_pick_unless_another_is_clearly_faster():
+    assert tuning.decide({"a": 1.04, "b": 1.0}, "a") == "a"
+    assert tuning.decide({"a": 1.06, "b": 1.0}, "a") == "b"
+    assert tuning.decide({"a": 1.0, "b": 2.0, "c": 0.5}, "b") == "c"
+
+
+def test_candidates_are_the_plausible_ones_within_the_budget():
+    pred = {"a": 1e-3, "b": 2e-3, "c": 2.4e-3, "d": 3e-3}
+    assert tuning.candidates(pred, "a") == ["a", "b", "c"]        # d: beyond SPREAD
+    big = {"a": 0.1, "b": 0.12, "c": 0.2}                        # 2 x 0.42 s > BUDGET_S
+    assert tuning.candidates(big, "b") == ["a", "b"]             # the slowest dropped
+    assert tuning.candidates({"a": 1.0, "b": 1.0}, "a") == ["a", "b"]  # never fewer than 2
+
+
+def _slowed(comm, collective):
+    """Every candidate of a call of NBYTES but one the model did not pick (the
+    winner) sleeps SLOW_S per run: (the model's pick, the winner, how many
+    candidates, the list each run of any of them is appended to)."""
+    pred = cost.predict(collective, comm, NBYTES)
+    model = cost.cheapest(pred)
+    cands = tuning.candidates(pred, model)
+    winner = next(a for a in reversed(cands) if a != model)
+    runs = []
+    for a in cands:
+        mod = registry.module(collective, a)
+        if not hasattr(mod, "_unslowed"):
+            mod._unslowed = mod.run
+        base = mod._unslowed
+
+        def run(*args, _base=base, _name=a, **kw):
+            runs.append(_name)
+            if _name != winner:
+                time.sleep(SLOW_S)
+            return _base(*args, **kw)
+        mod.run = run
+    return model, winner, len(cands), runs
+
+
+def _restore(collective):
+    for mod in registry.table()[collective].values():
+        if hasattr(mod, "_unslowed"):
+            mod.run = mod._unslowed
+            del mod._unslowed
+
+
+def _measured_all_reduce(comm, nbytes):
+    model, winner, ncands, runs = _slowed(comm, "all_reduce")
+    try:
+        seq = state_of(comm).seq
+        buf = np.full(nbytes // 4, comm.rank + 1, np.float32)
+        comm.all_reduce(buf)
+        assert (buf == 3).all()
+        took_seq = state_of(comm).seq - seq
+        trial_runs = len(runs)
+        again = np.ones((nbytes + (16 << 10)) // 4, np.float32)   # the same size class
+        comm.all_reduce(again)
+        assert (again == 2).all()
+        return (model, winner, cost.choices("all_reduce", comm),
+                tuning.tuned("all_reduce", comm), took_seq, ncands, trial_runs, len(runs))
+    finally:
+        _restore("all_reduce")
+
+
+def test_the_measured_fastest_wins_over_the_models_pick_on_every_rank(world):
+    """All candidates but one the model ranks lower are slowed: every rank picks
+    that one, the user's call takes one sequence number, and a second size of
+    the same class runs it without measuring again."""
+    out = world.run(_measured_all_reduce, NBYTES)
+    (model, winner, choices, tuned, took_seq, ncands, trials, after), other = out
+    assert winner != model and ncands >= 2
+    assert choices[NBYTES] == winner and tuned == {tuning.size_class(NBYTES): winner}
+    assert other[2] == choices and other[3] == tuned          # the same on both ranks
+    assert took_seq == 1                   # the tune call took no number of its own
+    # warm-up and first round run every candidate, the winner the rounds after,
+    # and the user's call once; the second size once, measuring nothing
+    assert 2 * ncands + tuning.TIMED_ROUNDS <= trials and after == trials + 1
+
+
+def _below_the_threshold(comm):
+    _, _, _, runs = _slowed(comm, "all_reduce")
+    try:
+        before = tuning.tuned("all_reduce", comm)
+        comm.all_reduce(np.ones((MIN - 4) // 4, np.float32))
+        return len(runs), tuning.tuned("all_reduce", comm) == before
+    finally:
+        _restore("all_reduce")
+
+
+def test_a_call_below_the_threshold_is_the_models(world):
+    assert world.run(_below_the_threshold) == [(1, True), (1, True)]
+
+
+def _each_collective(comm):
+    """Every tunable collective at NBYTES (its reference size) with known values:
+    {collective: (what it measured, whether it had more than one candidate)}."""
+    n, r = comm.size, comm.rank
+    block = NBYTES // 4 // n
+    got = {}
+    buf = np.full(NBYTES // 4, r + 1, np.float32)
+    comm.broadcast(buf, root=1)
+    assert (buf == 2).all()
+    buf = np.full(NBYTES // 4, r + 1, np.float32)
+    comm.reduce(buf, root=0)
+    assert r != 0 or (buf == 3).all()
+    out = np.zeros(block * n, np.float32)
+    comm.all_gather(out, np.full(block, r + 1, np.float32))
+    assert (out.reshape(n, block) == np.arange(1, n + 1, dtype=np.float32)[:, None]).all()
+    small = np.zeros(block, np.float32)
+    comm.reduce_scatter(small, np.full(block * n, r + 1, np.float32))
+    assert (small == 3).all()
+    for kind in tuning._TRIALS:
+        pred = cost.predict(kind, comm, NBYTES)
+        got[kind] = (tuning.tuned(kind, comm),
+                     len(tuning.candidates(pred, cost.cheapest(pred))) > 1)
+    return got
+
+
+def test_every_tunable_collective_measures_and_stays_correct(world):
+    a, b = world.run(_each_collective)
+    assert a == b
+    for kind, (tuned, choice) in a.items():
+        if choice:                              # more than one plausible candidate
+            assert set(tuned) == {tuning.size_class(NBYTES)}, kind
+            assert tuned[tuning.size_class(NBYTES)] in registry.names(kind)
+
+
+def _off(comm):
+    _, _, _, runs = _slowed(comm, "all_reduce")
+    try:
+        comm.all_reduce(np.ones((4 * NBYTES) // 4, np.float32))
+        pred = cost.predict("all_reduce", comm, 4 * NBYTES)
+        return len(runs), cost.choices("all_reduce", comm)[4 * NBYTES] == cost.cheapest(pred)
+    finally:
+        _restore("all_reduce")
+
+
+def test_tuning_off_leaves_the_choice_to_the_model(tmp_path):
+    env = dict(ENV, COMMRT_TUNE="0", COMMRT_COST_CACHE=str(tmp_path / "cost.json"))
+    with World(2, transport="shm", env=env, timeout=120) as w:
+        assert w.run(_off) == [(1, True), (1, True)]
+
+
+def _mismatched(comm):
+    """Rank 0 calls a size that is measured, rank 1 one that is not: both fail
+    with a mismatch naming the user's all_reduce, nobody hangs."""
+    nbytes = 2 * NBYTES if comm.rank == 0 else MIN // 2
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(np.ones(nbytes // 4, np.float32), timeout=20)
+    except CollectiveMismatchError as exc:
+        return str(exc), time.monotonic() - t0
+    return None, time.monotonic() - t0
+
+
+def test_a_mismatch_between_a_measured_and_a_plain_call_is_named(tmp_path):
+    env = dict(ENV, COMMRT_COST_CACHE=str(tmp_path / "cost.json"))
+    with World(2, transport="shm", env=env, timeout=120) as w:
+        for msg, took in w.run(_mismatched):
+            # the user's call named (this rank's own tune is "all_reduce #0 (its
+            # tune: ...)", the other's "#0 tune(...)"), never the calibration
+            assert msg is not None and ("#0 all_reduce(" in msg or "all_reduce #0" in msg), msg
+            assert "mismatch" in msg and "calibrate" not in msg, msg
+            assert took < 20
