@@ -393,6 +393,8 @@ class Call:
         fingerprint fp = (meta, meta2), nbytes) that this rank received for it."""
         ours = (self.meta, self.meta2)
         mine = describe_meta(*ours, serving=self.serving)
+        if self.state.tuning is not None:       # a trial call of collectives/tuning.py
+            mine = f"{self.state.tuning} (tuning: {mine})"
         if fp == ours:
             return (f"rank {self.rank} called {mine}; rank {src} sent {self._bytes(nbytes)} "
                     f"where this rank expected {self._bytes(expected)} from it (their counts "

@@ -10,28 +10,33 @@ fixed algorithm (docs/performance-collectives.md).  Such a call takes
 milliseconds, so timing the plausible candidates once costs a few calls.
 
 How.  `choice` runs inside the user's call, on every rank at the same point
-(cost.choose runs there, as its calibration does): one internal "tune" call,
-serving the user's, that takes no sequence number of its own.  The
-candidates (predicted within SPREAD of the model's pick) run on scratch
-buffers of the call's size (at most MAX_BYTES): one untimed round (a first
-run pays for scratch and fresh pages, up to 4x), one timed round after which
-those DROP slower than its fastest stop, then the rest of TIMED_ROUNDS, the
-order reversed every other round so that a slow spell of the host hits all;
-a barrier starts each run, so no candidate inherits another's skew.  Rank
-0's medians decide (it times the whole call as its peers do) and it
-broadcasts the winner, which holds for the call's size class (a power of
-two) on that communicator.  The model's pick stands unless another is KEEP
-faster: noise must not flip a choice the model already got right.
+(cost.choose runs there, as its calibration does).  The candidates
+(predicted within SPREAD of the model's pick) run as ordinary calls naming
+their algorithm, on scratch buffers of the call's size (at most MAX_BYTES),
+so each on the prepared plan a user's call of it would take: one untimed
+round (a first run pays for its plan, scratch and fresh pages, up to 4x),
+one timed round after which those DROP slower than its fastest stop, then
+the rest of TIMED_ROUNDS, the order reversed every other round so that a
+slow spell of the host hits all.  A timed run is BACK_TO_BACK calls and a
+barrier: until every rank is done, one call overlapping the next as in a
+job.  Rank 0's medians decide and it broadcasts the winner, which holds for
+the call's size class (a power of two) on that communicator.  The model's
+pick stands unless another is KEEP faster: noise must not flip a choice
+the model already got right.  Afterwards the communicator is as before
+(_measure).
 """
+import logging
 import time
 
 from commrt import _lazy, config
 
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
+log = logging.getLogger("commrt")
 
 SPREAD = 2.5         # candidates: predicted within this factor of the model's best
 KEEP = 1.05          # the model's choice stands unless another is this much faster
 TIMED_ROUNDS = 5
+BACK_TO_BACK = 2     # calls per timed run: as a job makes them, one overlapping the next
 DROP = 1.5           # after one round, candidates this much slower than its fastest stop
 MAX_BYTES = 32 << 20  # larger calls are tuned at this size (the same memory-bound regime)
 BUDGET_S = 0.5       # predicted seconds of the rounds that run every candidate
@@ -55,9 +60,10 @@ def tuned(collective, comm):
 
 
 def choice(collective, comm, nbytes, pred, model, p, timeout=None):
-    """The algorithm for a call of nbytes: its size class's measured winner,
-    measured now if this is the class's first call.  pred: the cost model's
-    {algorithm: seconds} at nbytes (every rank's the same); model: its pick."""
+    """The algorithm for a call of nbytes: its size class's winner, measured now
+    (or read from a settled entry of the cost cache) if this is the class's
+    first call on comm.  pred: the cost model's {algorithm: seconds} at nbytes
+    (every rank's the same); model: its pick; p: its parameters (cost.Params)."""
     from commrt.collectives.state import state_of
 
     memo = state_of(comm).cache.setdefault(("tuned", collective), {})
@@ -65,8 +71,8 @@ def choice(collective, comm, nbytes, pred, model, p, timeout=None):
     algo = memo.get(cls)
     if algo is None or algo not in pred:
         cands = candidates(pred, model)
-        algo = model if len(cands) < 2 else _measure(collective, comm, nbytes, cands, model,
-                                                     p, timeout)
+        algo = model if len(cands) < 2 else _settle(collective, comm, nbytes, cands, model, p,
+                                                    timeout)
         memo[cls] = algo
     return algo
 
@@ -78,50 +84,166 @@ def candidates(pred, model):
     than BUDGET_S by the model."""
     best = pred[model]
     cands = [a for a, t in pred.items() if t <= SPREAD * best]
-    while len(cands) > 2 and 2 * sum(pred[a] for a in cands) > BUDGET_S:
+    while len(cands) > 2 and (1 + BACK_TO_BACK) * sum(pred[a] for a in cands) > BUDGET_S:
         cands.remove(max((a for a in cands if a != model), key=pred.get))
     return cands
 
 
-def _measure(collective, comm, nbytes, cands, model, p, timeout):
-    from commrt.collectives import plans, registry
-    from commrt.collectives.barrier import dissemination as _barrier
-    from commrt.collectives.broadcast import binomial as _bcast
-    from commrt.collectives.call import Call
-    from commrt.collectives.state import execute
+def _settle(collective, comm, nbytes, cands, model, p, timeout):
+    """Rank 0's winner for cands on every rank: a settled entry of the cost
+    cache, else measured now (and recorded).  The calls this makes are
+    ordinary calls, so each trial runs on the prepared plan a user's call of
+    it would (a plan's copies are not the general path's: the double tree at
+    N = 2, 4 MiB took 240-280 us on its plan and 440-580 through the general
+    path).  Afterwards the communicator is as before: its sequence numbers and
+    history given back (the user's call keeps its number), the trials' plans
+    dropped.  While they run no rank probes its peers (a probe that arrived
+    late would name a number the user's calls take again); a rank that is not
+    tuning meanwhile still sends messages with its own fingerprint, which the
+    trials' receives refuse as a mismatch."""
+    from commrt.collectives.state import state_of
 
-    trial = _TRIALS[collective](comm, min(nbytes, MAX_BYTES))
-    names = registry.names(collective)
-    call = Call(comm, "tune", count=trial.count, dtype=np.float32, algo="binomial",
-                timeout=timeout, serving=collective)
-
-    def run():
-        times = {a: [] for a in cands}
-        alive = list(cands)
-        for rnd in range(-1, TIMED_ROUNDS):     # round -1 warms up: a first run pays
-            if rnd == 1:                        # for scratch and pages (up to 4x)
-                alive = _survivors(comm, call, times, model)
-            for a in (alive if rnd % 2 == 0 else alive[::-1]):
-                mod = registry.module(collective, a)
-                _barrier.run(call)
-                t0 = time.perf_counter()
-                trial.run(mod, call)
-                call.wait_sends()
-                if rnd >= 0:
-                    times[a].append(time.perf_counter() - t0)
-        pick = np.zeros(1, np.float64)
+    st = state_of(comm)
+    seq, history, had, probe_s = st.seq, list(st.history), set(st.small), st.probe_s
+    st.probe_s = float("inf")
+    st.tuning = f"{collective} #{seq}"          # what a mismatch report names
+    key = (_entry_key(p, comm.size), f"{collective}:{size_class(nbytes)}")
+    try:
+        pick = np.full(1, -1.0)
         if comm.rank == 0:
-            # the trials all take the general path; a call that runs on a prepared
-            # plan does not pay the general path's own cost (cost.Params.call)
-            took = {a: sorted(times[a])[len(times[a]) // 2]
-                    - (p.call if plans.applies(collective, a, comm.size, nbytes) else 0.0)
-                    for a in alive}
-            pick[0] = names.index(decide(took, model))
-        _bcast.run(call, pick, 0)
-        call.wait_sends()
-        return names[int(pick[0])]
+            cached = _cached(*key)
+            if cached in cands:
+                pick[0] = cands.index(cached)
+        _coll().broadcast(comm, pick, 0, timeout=timeout)   # every rank alike
+        if pick[0] < 0:
+            pick[0] = cands.index(_measure(collective, comm, nbytes, cands, model, timeout))
+            if comm.rank == 0:
+                _record(*key, cands[int(pick[0])])
+        return cands[int(pick[0])]
+    finally:
+        st.seq, st.probe_s, st.tuning = seq, probe_s, None
+        st.history.clear()
+        st.history.extend(history)
+        added = [k for k in st.small if k not in had]
+        for k in added:
+            del st.small[k]
+        if added:
+            st.forget_memos()       # no memo of the compiled entry may keep one
 
-    return execute(call, run, False)
+
+def _measure(collective, comm, nbytes, cands, model, timeout):
+    """Time cands on scratch buffers (see the module's docstring); every rank
+    returns rank 0's winner."""
+    trial = _TRIALS[collective](comm, min(nbytes, MAX_BYTES))
+    times = {a: [] for a in cands}
+    alive = list(cands)
+    for rnd in range(-1, TIMED_ROUNDS):     # round -1 warms up (and prepares the plans)
+        if rnd == 1:
+            alive = _survivors(comm, times, model)
+        reps = 1 if rnd < 0 else BACK_TO_BACK
+        _coll().barrier(comm)
+        for a in (alive if rnd % 2 == 0 else alive[::-1]):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                trial.run(comm, a)
+            _coll().barrier(comm)       # until every rank is done: a root may
+            if rnd >= 0:                # finish long before its last receiver
+                times[a].append((time.perf_counter() - t0) / reps)
+    pick = np.zeros(1, np.float64)
+    if comm.rank == 0:
+        took = {a: sorted(times[a])[len(times[a]) // 2] for a in alive}
+        pick[0] = cands.index(decide(took, model))
+        log.debug("tune %s %d B on %d ranks: %s -> %s", collective, nbytes, comm.size,
+                  {a: [round(x * 1e6) for x in t] for a, t in times.items()},
+                  cands[int(pick[0])])
+    _coll().broadcast(comm, pick, 0, timeout=timeout)
+    return cands[int(pick[0])]
+
+
+# -- the cost cache's record of winners ---------------------------------------------
+# Beside each calibration entry of COMMRT_COST_CACHE (cost._cache_key: transport,
+# host, link, cores, ranks per host, hosts) and the communicator's size, the
+# winners measured so far per "collective:size class".  One measurement may catch
+# the host in a passing state, so a winner settles, and later jobs stop measuring,
+# once the last two measurements agree, or after SETTLE_AFTER (then the most
+# frequent).
+TUNE_VERSION = 1
+SETTLE_AFTER = 4
+
+
+def _entry_key(p, size):
+    from commrt.collectives import cost
+
+    return f"tuned:{cost._cache_key(p.transport, p.local, p.hosts)}:{size}"
+
+
+def _read_cache():
+    import json
+
+    from commrt.collectives import cost
+
+    path = cost._cache_path()
+    if not path:
+        return None, {}
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return path, data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return path, {}
+
+
+def _cached(entry, slot):
+    """The settled winner recorded for slot, or None."""
+    _, data = _read_cache()
+    rec = data.get(entry)
+    if not isinstance(rec, dict) or rec.get("version") != TUNE_VERSION:
+        return None
+    got = rec.get(slot)
+    if isinstance(got, dict) and got.get("settled") and isinstance(got.get("algo"), str):
+        return got["algo"]
+    return None
+
+
+def settles(seen):
+    """(winner, settled) after the winners seen so far, oldest first."""
+    if len(seen) >= 2 and seen[-1] == seen[-2]:
+        return seen[-1], True
+    if len(seen) >= SETTLE_AFTER:
+        return max(reversed(seen), key=seen.count), True    # ties: the latest
+    return seen[-1], False
+
+
+def _record(entry, slot, algo):
+    """Add a measured winner to the cache (rank 0; a cache it cannot write is
+    only not kept)."""
+    import json
+    import os
+
+    path, data = _read_cache()
+    if not path:
+        return
+    rec = data.get(entry)
+    if not isinstance(rec, dict) or rec.get("version") != TUNE_VERSION:
+        rec = data[entry] = {"version": TUNE_VERSION}
+    old = rec.get(slot) if isinstance(rec.get(slot), dict) else {}
+    seen = [a for a in old.get("seen", []) if isinstance(a, str)][-SETTLE_AFTER + 1:] + [algo]
+    winner, settled = settles(seen)
+    rec[slot] = {"algo": winner, "settled": settled, "seen": seen, "when": time.time()}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _coll():
+    import commrt.collectives as coll
+
+    return coll
 
 
 def decide(took, model):
@@ -131,29 +253,26 @@ def decide(took, model):
     return model if took[model] <= KEEP * took[fastest] else fastest
 
 
-def _survivors(comm, call, times, model):
+def _survivors(comm, times, model):
     """The candidates worth more rounds after the first: those within DROP of the
     first round's fastest on rank 0, and the model's, broadcast so that every
     rank runs the same."""
-    from commrt.collectives.broadcast import binomial as _bcast
-
     keep = np.zeros(len(times), np.float64)
     if comm.rank == 0:
         best = min(t[0] for t in times.values())
         keep[:] = [a == model or t[0] <= DROP * best for a, t in times.items()]
-    _bcast.run(call, keep, 0)
-    call.wait_sends()
+    _coll().broadcast(comm, keep, 0)
     return [a for a, k in zip(times, keep) if k]
 
 
 class _Trial:
-    """Scratch buffers of one collective's call and how to run an algorithm on them."""
+    """Scratch buffers of one collective's call and how to call it on them."""
 
     def __init__(self, count, fn):
         self.count, self.fn = count, fn
 
-    def run(self, mod, call):
-        self.fn(mod, call)
+    def run(self, comm, algo):
+        self.fn(comm, algo)
 
 
 def _floats(count):
@@ -162,39 +281,33 @@ def _floats(count):
     return out
 
 
-def _sum():
-    from commrt.collectives.reduction import Reduction
-
-    return Reduction(None, "sum", np.dtype(np.float32), False)
-
-
 def _all_reduce(comm, nbytes):
-    buf, red = _floats(nbytes // 4), _sum()
-    return _Trial(buf.size, lambda mod, call: mod.run(call, buf, red))
+    buf = _floats(nbytes // 4)
+    return _Trial(buf.size, lambda comm, a: _coll().all_reduce(comm, buf, algorithm=a))
 
 
 def _broadcast(comm, nbytes):
     buf = _floats(nbytes // 4)
-    return _Trial(buf.size, lambda mod, call: mod.run(call, buf, 0))
+    return _Trial(buf.size, lambda comm, a: _coll().broadcast(comm, buf, 0, algorithm=a))
 
 
 def _reduce(comm, nbytes):
-    buf, red = _floats(nbytes // 4), _sum()
-    return _Trial(buf.size, lambda mod, call: mod.run(call, buf, 0, red))
+    buf = _floats(nbytes // 4)
+    return _Trial(buf.size, lambda comm, a: _coll().reduce(comm, buf, 0, algorithm=a))
 
 
 def _all_gather(comm, nbytes):
     """nbytes: the output's (cost.choose's reference size)."""
     block = max(1, nbytes // 4 // comm.size)
     out, buf = _floats(block * comm.size), _floats(block)
-    return _Trial(block, lambda mod, call: mod.run(call, out, buf))
+    return _Trial(block, lambda comm, a: _coll().all_gather(comm, out, buf, algorithm=a))
 
 
 def _reduce_scatter(comm, nbytes):
     """nbytes: the input's (cost.choose's reference size)."""
     block = max(1, nbytes // 4 // comm.size)
-    out, buf, red = _floats(block), _floats(block * comm.size), _sum()
-    return _Trial(block, lambda mod, call: mod.run(call, out, buf, red))
+    out, buf = _floats(block), _floats(block * comm.size)
+    return _Trial(block, lambda comm, a: _coll().reduce_scatter(comm, out, buf, algorithm=a))
 
 
 # the collectives with a choice to make whose calls take one size (the variable-
