@@ -17,7 +17,7 @@ LANE_TAGS = (9, 10)
 # Internal call kinds beside the registry's collectives (registry.BORROWS says
 # whose algorithm codes they carry).
 INTERNAL_KINDS = ("broadcast_obj", "all_gather_obj", "gather_obj", "split", "new_group",
-                  "calibrate", "tune")
+                  "calibrate")
 _KINDS = []
 KIND_BITS = 6
 

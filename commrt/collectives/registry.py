@@ -89,7 +89,7 @@ CODE_BITS = 6
 
 # The collective each internal call kind borrows its algorithms from (their
 # fingerprints carry that collective's algorithm codes).
-BORROWS = {"calibrate": "broadcast", "tune": "broadcast", "broadcast_obj": "broadcast",
+BORROWS = {"calibrate": "broadcast", "broadcast_obj": "broadcast",
            "all_gather_obj": "all_gather", "gather_obj": "gather", "split": "all_gather",
            "new_group": "all_gather"}
 
