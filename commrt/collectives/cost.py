@@ -190,26 +190,41 @@ def _load(transport, local, hosts=1):
         return None
 
 
-def _store(transport, local, values, hosts=1, samples=1, settled=False):
+def read_cache():
+    """(path, {key: entry}) of the cost cache: every entry, the calibrations' and
+    the tuned winners' (collectives/tuning.py); (None, {}) when disabled."""
     path = _cache_path()
     if not path:
-        return
+        return None, {}
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return path, data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return path, {}
+
+
+def write_cache(path, data):
+    """Replace the cost cache with data at once (a cache that cannot be written
+    is only not kept)."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            data = {}
-        entry = dict(zip(FIELDS, (float(v) for v in values)))
-        entry.update(version=CACHE_VERSION, when=time.time(), samples=samples, settled=settled)
-        data[_cache_key(transport, local, hosts)] = entry
         tmp = f"{path}.{os.getpid()}"
         with open(tmp, "w") as f:
             json.dump(data, f, indent=1)
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+def _store(transport, local, values, hosts=1, samples=1, settled=False):
+    path, data = read_cache()
+    if not path:
+        return
+    entry = dict(zip(FIELDS, (float(v) for v in values)))
+    entry.update(version=CACHE_VERSION, when=time.time(), samples=samples, settled=settled)
+    data[_cache_key(transport, local, hosts)] = entry
+    write_cache(path, data)
 
 
 # The cache settles once two measurements agree: a job that finds an unsettled

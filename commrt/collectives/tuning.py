@@ -177,25 +177,11 @@ def _entry_key(p, size):
     return f"tuned:{cost._cache_key(p.transport, p.local, p.hosts)}:{size}"
 
 
-def _read_cache():
-    import json
-
-    from commrt.collectives import cost
-
-    path = cost._cache_path()
-    if not path:
-        return None, {}
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        return path, data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return path, {}
-
-
 def _cached(entry, slot):
     """The settled winner recorded for slot, or None."""
-    _, data = _read_cache()
+    from commrt.collectives import cost
+
+    _, data = cost.read_cache()
     rec = data.get(entry)
     if not isinstance(rec, dict) or rec.get("version") != TUNE_VERSION:
         return None
@@ -215,12 +201,10 @@ def settles(seen):
 
 
 def _record(entry, slot, algo):
-    """Add a measured winner to the cache (rank 0; a cache it cannot write is
-    only not kept)."""
-    import json
-    import os
+    """Add a measured winner to the cost cache (rank 0)."""
+    from commrt.collectives import cost
 
-    path, data = _read_cache()
+    path, data = cost.read_cache()
     if not path:
         return
     rec = data.get(entry)
@@ -230,14 +214,7 @@ def _record(entry, slot, algo):
     seen = [a for a in old.get("seen", []) if isinstance(a, str)][-SETTLE_AFTER + 1:] + [algo]
     winner, settled = settles(seen)
     rec[slot] = {"algo": winner, "settled": settled, "seen": seen, "when": time.time()}
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    cost.write_cache(path, data)
 
 
 def _coll():
