@@ -214,3 +214,23 @@ def test_later_jobs_take_a_settled_winner_from_the_cost_cache(tmp_path):
             (chose, winner, trials), other = w.run(_winner_and_trials)
         assert chose == winner and other[0] == chose, job
         assert (trials == 0) == (job == 2), (job, trials)
+
+
+def _behind_an_async_call(comm):
+    """A measured call issued while an async one is still queued: the trials wait
+    their turn behind it (call order), and both results are right."""
+    small = np.full(1 << 10, comm.rank + 1, np.float32)
+    req = comm.all_reduce(small, async_op=True)
+    big = np.full((2 * NBYTES) // 4, comm.rank + 1, np.float32)
+    comm.all_reduce(big)
+    req.wait(30)
+    return bool((small == 3).all() and (big == 3).all()), state_of(comm).seq
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_measured_call_behind_an_async_one_and_on_tcp(tmp_path, transport):
+    env = dict(ENV, COMMRT_COST_CACHE=str(tmp_path / "cost.json"))
+    with World(2, transport=transport, env=env, timeout=120) as w:
+        assert w.run(_behind_an_async_call) == [(True, 2), (True, 2)]
+        (chose, winner, _), other = w.run(_winner_and_trials)
+        assert chose == winner and other[0] == winner
