@@ -40,6 +40,7 @@ BACK_TO_BACK = 2     # calls per timed run: as a job makes them, one overlapping
 DROP = 1.5           # after one round, candidates this much slower than its fastest stop
 MAX_BYTES = 32 << 20  # larger calls are tuned at this size (the same memory-bound regime)
 BUDGET_S = 0.5       # predicted seconds of the rounds that run every candidate
+SPENT_S = 1.0        # measured seconds of those rounds beyond which one timed round decides
 
 
 def size_class(nbytes):
@@ -137,9 +138,12 @@ def _measure(collective, comm, nbytes, cands, model, timeout):
     trial = _TRIALS[collective](comm, min(nbytes, MAX_BYTES))
     times = {a: [] for a in cands}
     alive = list(cands)
+    start = time.perf_counter()
     for rnd in range(-1, TIMED_ROUNDS):     # round -1 warms up (and prepares the plans)
         if rnd == 1:
-            alive = _survivors(comm, times, model)
+            alive, enough = _survivors(comm, times, model, time.perf_counter() - start)
+            if enough:
+                break
         reps = 1 if rnd < 0 else BACK_TO_BACK
         _coll().barrier(comm)
         for a in (alive if rnd % 2 == 0 else alive[::-1]):
@@ -230,16 +234,20 @@ def decide(took, model):
     return model if took[model] <= KEEP * took[fastest] else fastest
 
 
-def _survivors(comm, times, model):
-    """The candidates worth more rounds after the first: those within DROP of the
-    first round's fastest on rank 0, and the model's, broadcast so that every
-    rank runs the same."""
-    keep = np.zeros(len(times), np.float64)
+def _survivors(comm, times, model, spent):
+    """(the candidates worth more rounds after the first, whether to stop now):
+    those within DROP of the first round's fastest on rank 0, and the model's;
+    stop where the two rounds so far took rank 0 over SPENT_S (the first runs
+    of large calls where ranks outnumber cores: a single timed round then
+    decides, and the cache's settling rule catches a noisy pick).  Broadcast,
+    so that every rank runs the same."""
+    keep = np.zeros(len(times) + 1, np.float64)
     if comm.rank == 0:
         best = min(t[0] for t in times.values())
-        keep[:] = [a == model or t[0] <= DROP * best for a, t in times.items()]
+        keep[:-1] = [a == model or t[0] <= DROP * best for a, t in times.items()]
+        keep[-1] = spent > SPENT_S
     _coll().broadcast(comm, keep, 0)
-    return [a for a, k in zip(times, keep) if k]
+    return [a for a, k in zip(times, keep) if k], bool(keep[-1])
 
 
 class _Trial:

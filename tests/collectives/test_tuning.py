@@ -39,11 +39,11 @@ def test_candidates_are_the_plausible_ones_within_the_budget():
     assert tuning.candidates({"a": 1.0, "b": 1.0}, "a") == ["a", "b"]  # never fewer than 2
 
 
-def _slowed(comm, collective):
-    """Every trial run of a candidate of a call of NBYTES but one the model did
+def _slowed(comm, collective, nbytes=NBYTES):
+    """Every trial run of a candidate of a call of nbytes but one the model did
     not pick (the winner) sleeps SLOW_S first: (the model's pick, the winner,
     how many candidates, the list each trial run is appended to)."""
-    pred = cost.predict(collective, comm, NBYTES)
+    pred = cost.predict(collective, comm, nbytes)
     model = cost.cheapest(pred)
     cands = tuning.candidates(pred, model)
     winner = next(a for a in reversed(cands) if a != model)
@@ -234,3 +234,21 @@ def test_a_measured_call_behind_an_async_one_and_on_tcp(tmp_path, transport):
         assert w.run(_behind_an_async_call) == [(True, 2), (True, 2)]
         (chose, winner, _), other = w.run(_winner_and_trials)
         assert chose == winner and other[0] == winner
+
+
+def _one_round(comm):
+    """With no time to spend, the first timed round decides (the slowed
+    candidates lose it by SLOW_S)."""
+    model, winner, ncands, runs = _slowed(comm, "all_reduce", 8 * NBYTES)
+    spent, tuning.SPENT_S = tuning.SPENT_S, 0.0
+    try:
+        comm.all_reduce(np.ones((8 * NBYTES) // 4, np.float32))
+        return cost.choices("all_reduce", comm)[8 * NBYTES] == winner, ncands, len(runs)
+    finally:
+        tuning.SPENT_S = spent
+        _restore("all_reduce")
+
+
+def test_slow_trials_stop_after_one_timed_round(world):
+    for ok, ncands, trials in world.run(_one_round):
+        assert ok and trials == (1 + tuning.BACK_TO_BACK) * ncands
