@@ -121,6 +121,10 @@ def _settle(collective, comm, nbytes, cands, model, p, timeout):
             if comm.rank == 0:
                 _record(*key, cands[int(pick[0])])
         return cands[int(pick[0])]
+    except Exception as exc:                    # a trial's own number means nothing to a user
+        exc.add_note(f"commrt: raised while timing the algorithms of {collective} #{seq} "
+                     f"(COMMRT_TUNE), by a call of its own")
+        raise
     finally:
         st.seq, st.probe_s, st.tuning = seq, probe_s, None
         st.history.clear()

@@ -174,14 +174,16 @@ def _mismatched(comm):
     try:
         comm.all_reduce(np.ones(nbytes // 4, np.float32), timeout=20)
     except CollectiveMismatchError as exc:
-        return str(exc), time.monotonic() - t0
-    return None, time.monotonic() - t0
+        return str(exc), time.monotonic() - t0, " ".join(getattr(exc, "__notes__", []))
+    return None, time.monotonic() - t0, ""
 
 
 def test_a_mismatch_between_a_measured_and_a_plain_call_is_named(tmp_path):
     env = dict(ENV, COMMRT_COST_CACHE=str(tmp_path / "cost.json"))
     with World(2, transport="shm", env=env, timeout=120) as w:
-        for msg, took in w.run(_mismatched):
+        res = w.run(_mismatched)
+        assert "while timing the algorithms of all_reduce #0" in res[0][2], res[0]
+        for msg, took, _ in res:
             # the user's call named (this rank's own tune is "all_reduce #0 (its
             # tune: ...)", the other's "#0 tune(...)"), never the calibration
             assert msg is not None and ("#0 all_reduce(" in msg or "all_reduce #0" in msg), msg
