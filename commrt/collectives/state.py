@@ -5,6 +5,7 @@ collectives in call order; ``execute`` runs one call now or on that worker;
 collectives of one communicator).
 """
 import array
+import contextlib
 import functools
 import logging
 import queue
@@ -54,6 +55,19 @@ class CommState(State):
         # knobs, read once per communicator (a collective call must stay cheap)
         self.timeout = config.get("COMMRT_TIMEOUT")
         self.probe_s = config.get("COMMRT_COLL_PROBE_S")
+
+    @contextlib.contextmanager
+    def numbers_given_back(self):
+        """Calls made inside (by every rank alike: a calibration's, a tuning's) give
+        their sequence numbers and history entries back afterwards, so the user's
+        calls keep their numbers."""
+        seq, history = self.seq, list(self.history)
+        try:
+            yield
+        finally:
+            self.seq = seq
+            self.history.clear()
+            self.history.extend(history)
 
     def scratch(self, slot, count, dtype):
         """A reusable buffer of `count` elements (one per slot; contents undefined)."""

@@ -23,7 +23,7 @@ job.  Rank 0's medians decide and it broadcasts the winner, which holds for
 the call's size class (a power of two) on that communicator.  The model's
 pick stands unless another is KEEP faster: noise must not flip a choice
 the model already got right.  Afterwards the communicator is as before
-(_measure).
+(_settle).
 """
 import logging
 import time
@@ -49,7 +49,7 @@ def size_class(nbytes):
 
 def applies(collective, comm, nbytes):
     """Whether a call of nbytes of collective is chosen by measurement."""
-    return (collective in _TRIALS and comm.size > 1 and config.get("COMMRT_TUNE")
+    return (collective in _TRIALS and config.get("COMMRT_TUNE")
             and nbytes >= max(1, config.get("COMMRT_TUNE_MIN_BYTES")))
 
 
@@ -105,30 +105,29 @@ def _settle(collective, comm, nbytes, cands, model, p, timeout):
     from commrt.collectives.state import state_of
 
     st = state_of(comm)
-    seq, history, had, probe_s = st.seq, list(st.history), set(st.small), st.probe_s
-    st.probe_s = float("inf")
-    st.tuning = f"{collective} #{seq}"          # what a mismatch report names
+    seq, had, probe_s = st.seq, set(st.small), st.probe_s
     key = (_entry_key(p, comm.size), f"{collective}:{size_class(nbytes)}")
     try:
-        pick = np.full(1, -1.0)
-        if comm.rank == 0:
-            cached = _cached(*key)
-            if cached in cands:
-                pick[0] = cands.index(cached)
-        _coll().broadcast(comm, pick, 0, timeout=timeout)   # every rank alike
-        if pick[0] < 0:
-            pick[0] = cands.index(_measure(collective, comm, nbytes, cands, model, timeout))
+        with st.numbers_given_back():
+            st.probe_s = float("inf")
+            st.tuning = f"{collective} #{seq}"          # what a mismatch report names
+            pick = np.full(1, -1.0)
             if comm.rank == 0:
-                _record(*key, cands[int(pick[0])])
-        return cands[int(pick[0])]
+                cached = _cached(*key)
+                if cached in cands:
+                    pick[0] = cands.index(cached)
+            _coll().broadcast(comm, pick, 0, timeout=timeout)   # every rank alike
+            if pick[0] < 0:
+                pick[0] = cands.index(_measure(collective, comm, nbytes, cands, model, timeout))
+                if comm.rank == 0:
+                    _record(*key, cands[int(pick[0])])
+            return cands[int(pick[0])]
     except Exception as exc:                    # a trial's own number means nothing to a user
         exc.add_note(f"commrt: raised while timing the algorithms of {collective} #{seq} "
                      f"(COMMRT_TUNE), by a call of its own")
         raise
     finally:
-        st.seq, st.probe_s, st.tuning = seq, probe_s, None
-        st.history.clear()
-        st.history.extend(history)
+        st.probe_s, st.tuning = probe_s, None
         added = [k for k in st.small if k not in had]
         for k in added:
             del st.small[k]
@@ -139,7 +138,7 @@ def _settle(collective, comm, nbytes, cands, model, p, timeout):
 def _measure(collective, comm, nbytes, cands, model, timeout):
     """Time cands on scratch buffers (see the module's docstring); every rank
     returns rank 0's winner."""
-    trial = _TRIALS[collective](comm, min(nbytes, MAX_BYTES))
+    run = _TRIALS[collective](comm, min(nbytes, MAX_BYTES))
     times = {a: [] for a in cands}
     alive = list(cands)
     start = time.perf_counter()
@@ -153,7 +152,7 @@ def _measure(collective, comm, nbytes, cands, model, timeout):
         for a in (alive if rnd % 2 == 0 else alive[::-1]):
             t0 = time.perf_counter()
             for _ in range(reps):
-                trial.run(comm, a)
+                run(comm, a)
             _coll().barrier(comm)       # until every rank is done: a root may
             if rnd >= 0:                # finish long before its last receiver
                 times[a].append((time.perf_counter() - t0) / reps)
@@ -173,10 +172,9 @@ def _measure(collective, comm, nbytes, cands, model, timeout):
 # host, link, cores, ranks per host, hosts) and the communicator's size, the
 # winners measured so far per "collective:size class".  One measurement may catch
 # the host in a passing state, so a winner settles, and later jobs stop measuring,
-# once the last two measurements agree, or after SETTLE_AFTER (then the most
-# frequent).
+# once the last two measurements agree, or after the calibration's SETTLE_AFTER
+# (then the most frequent).
 TUNE_VERSION = 1
-SETTLE_AFTER = 4
 
 
 def _entry_key(p, size):
@@ -201,6 +199,8 @@ def _cached(entry, slot):
 
 def settles(seen):
     """(winner, settled) after the winners seen so far, oldest first."""
+    from commrt.collectives.cost import SETTLE_AFTER
+
     if len(seen) >= 2 and seen[-1] == seen[-2]:
         return seen[-1], True
     if len(seen) >= SETTLE_AFTER:
@@ -219,7 +219,7 @@ def _record(entry, slot, algo):
     if not isinstance(rec, dict) or rec.get("version") != TUNE_VERSION:
         rec = data[entry] = {"version": TUNE_VERSION}
     old = rec.get(slot) if isinstance(rec.get(slot), dict) else {}
-    seen = [a for a in old.get("seen", []) if isinstance(a, str)][-SETTLE_AFTER + 1:] + [algo]
+    seen = [a for a in old.get("seen", []) if isinstance(a, str)][-cost.SETTLE_AFTER + 1:] + [algo]
     winner, settled = settles(seen)
     rec[slot] = {"algo": winner, "settled": settled, "seen": seen, "when": time.time()}
     cost.write_cache(path, data)
@@ -254,49 +254,40 @@ def _survivors(comm, times, model, spent):
     return [a for a, k in zip(times, keep) if k], bool(keep[-1])
 
 
-class _Trial:
-    """Scratch buffers of one collective's call and how to call it on them."""
-
-    def __init__(self, count, fn):
-        self.count, self.fn = count, fn
-
-    def run(self, comm, algo):
-        self.fn(comm, algo)
-
-
 def _floats(count):
     out = np.zeros(max(1, count), np.float32)
     out.fill(0)                                     # touched: no page faults timed
     return out
 
 
+# A trial: run(comm, algorithm) calls the collective on scratch buffers made once.
 def _all_reduce(comm, nbytes):
     buf = _floats(nbytes // 4)
-    return _Trial(buf.size, lambda comm, a: _coll().all_reduce(comm, buf, algorithm=a))
+    return lambda comm, a: _coll().all_reduce(comm, buf, algorithm=a)
 
 
 def _broadcast(comm, nbytes):
     buf = _floats(nbytes // 4)
-    return _Trial(buf.size, lambda comm, a: _coll().broadcast(comm, buf, 0, algorithm=a))
+    return lambda comm, a: _coll().broadcast(comm, buf, 0, algorithm=a)
 
 
 def _reduce(comm, nbytes):
     buf = _floats(nbytes // 4)
-    return _Trial(buf.size, lambda comm, a: _coll().reduce(comm, buf, 0, algorithm=a))
+    return lambda comm, a: _coll().reduce(comm, buf, 0, algorithm=a)
 
 
 def _all_gather(comm, nbytes):
     """nbytes: the output's (cost.choose's reference size)."""
     block = max(1, nbytes // 4 // comm.size)
     out, buf = _floats(block * comm.size), _floats(block)
-    return _Trial(block, lambda comm, a: _coll().all_gather(comm, out, buf, algorithm=a))
+    return lambda comm, a: _coll().all_gather(comm, out, buf, algorithm=a)
 
 
 def _reduce_scatter(comm, nbytes):
     """nbytes: the input's (cost.choose's reference size)."""
     block = max(1, nbytes // 4 // comm.size)
     out, buf = _floats(block), _floats(block * comm.size)
-    return _Trial(block, lambda comm, a: _coll().reduce_scatter(comm, out, buf, algorithm=a))
+    return lambda comm, a: _coll().reduce_scatter(comm, out, buf, algorithm=a)
 
 
 # the collectives with a choice to make whose calls take one size (the variable-

@@ -57,8 +57,8 @@ def _slowed(comm, collective, nbytes=NBYTES):
             runs.append(algo)
             if algo != winner:
                 time.sleep(SLOW_S)
-            made.run(comm, algo)
-        return tuning._Trial(made.count, run)
+            made(comm, algo)
+        return run
     tuning._TRIALS[collective] = trial
     trial.real = real
     return model, winner, len(cands), runs
