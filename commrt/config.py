@@ -155,8 +155,9 @@ knob("COMMRT_COST_CACHE", "~/.cache/commrt/cost.json", str,
 knob("COMMRT_TUNE", True, _bool,
      "Choose the algorithm of large calls (from COMMRT_TUNE_MIN_BYTES) by timing the cost "
      "model's plausible candidates once per size class (a power of two) and communicator, "
-     "inside the first such call; the winners are kept in COMMRT_COST_CACHE and settle, "
-     "sparing later jobs the trials, once two jobs' measurements agree (0: the model alone).")
+     "inside the first such call; the winners are kept in COMMRT_COST_CACHE and settle "
+     "once two jobs' measurements agree: a later job then times the winner alone and "
+     "measures all again only where its speed moved (0: the model alone).")
 knob("COMMRT_TUNE_MIN_BYTES", 4 << 20, _size,
      "Smallest call (its reference bytes, as the cost model's) whose algorithm is measured.")
 knob("COMMRT_RING_SEGMENT_BYTES", 256 << 10, _size,

@@ -23,7 +23,11 @@ job.  Rank 0's medians decide and it broadcasts the winner, which holds for
 the call's size class (a power of two) on that communicator.  The model's
 pick stands unless another is KEEP faster: noise must not flip a choice
 the model already got right.  Afterwards the communicator is as before
-(_settle).
+(_settle).  A winner settled in the cost cache by earlier jobs is not taken
+on trust: it runs once as a trial, and where its time moved beyond RECHECK
+of the recorded one (the host changed state: at N = 2, 16 MiB the ranking
+flips between the fast and the slow state) every candidate is measured
+again.
 """
 import logging
 import time
@@ -41,6 +45,7 @@ DROP = 1.5           # after one round, candidates this much slower than its fas
 MAX_BYTES = 32 << 20  # larger calls are tuned at this size (the same memory-bound regime)
 BUDGET_S = 0.5       # predicted seconds of the rounds that run every candidate
 SPENT_S = 1.0        # measured seconds of those rounds beyond which one timed round decides
+RECHECK = 1.35       # a settled winner's timed run this far from its record: measure all again
 
 
 def size_class(nbytes):
@@ -111,17 +116,21 @@ def _settle(collective, comm, nbytes, cands, model, p, timeout):
         with st.numbers_given_back():
             st.probe_s = float("inf")
             st.tuning = f"{collective} #{seq}"          # what a mismatch report names
-            pick = np.full(1, -1.0)
+            trial = min(nbytes, MAX_BYTES)
+            run = _TRIALS[collective](comm, trial)
+            pick = np.full(2, -1.0)             # [settled winner's index, its s/B recorded]
             if comm.rank == 0:
                 cached = _cached(*key)
-                if cached in cands:
-                    pick[0] = cands.index(cached)
+                if cached and cached[0] in cands:
+                    pick[:] = cands.index(cached[0]), cached[1]
             _coll().broadcast(comm, pick, 0, timeout=timeout)   # every rank alike
-            if pick[0] < 0:
-                pick[0] = cands.index(_measure(collective, comm, nbytes, cands, model, timeout))
-                if comm.rank == 0:
-                    _record(*key, cands[int(pick[0])])
-            return cands[int(pick[0])]
+            if pick[0] >= 0 and _confirmed(comm, run, cands[int(pick[0])], pick[1] * trial,
+                                           timeout):
+                return cands[int(pick[0])]
+            winner, took = _measure(collective, comm, run, nbytes, cands, model, timeout)
+            if comm.rank == 0:          # per byte: a size class spans sizes up to 2x apart
+                _record(*key, winner, took / trial)
+            return winner
     except Exception as exc:                    # a trial's own number means nothing to a user
         exc.add_note(f"commrt: raised while timing the algorithms of {collective} #{seq} "
                      f"(COMMRT_TUNE), by a call of its own")
@@ -135,10 +144,35 @@ def _settle(collective, comm, nbytes, cands, model, p, timeout):
             st.forget_memos()       # no memo of the compiled entry may keep one
 
 
-def _measure(collective, comm, nbytes, cands, model, timeout):
-    """Time cands on scratch buffers (see the module's docstring); every rank
-    returns rank 0's winner."""
-    run = _TRIALS[collective](comm, min(nbytes, MAX_BYTES))
+def _timed_run(comm, run, algo, reps=BACK_TO_BACK):
+    """Seconds per call of reps calls of algo and the barrier after them: until
+    every rank is done (a root may finish long before its last receiver)."""
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        run(comm, algo)
+    _coll().barrier(comm)
+    return (time.perf_counter() - t0) / reps
+
+
+def _confirmed(comm, run, algo, recorded, timeout):
+    """Whether a settled winner still runs at its recorded speed (rank 0's
+    timed run, after an untimed one, within RECHECK of it either way), on every
+    rank."""
+    _coll().barrier(comm)
+    _timed_run(comm, run, algo, 1)              # its plan, scratch and pages
+    took = _timed_run(comm, run, algo)
+    ok = np.zeros(1)
+    if comm.rank == 0:
+        ok[0] = recorded / RECHECK <= took <= recorded * RECHECK
+        log.debug("tune: settled %s took %.0f us against %.0f recorded: %s", algo,
+                  took * 1e6, recorded * 1e6, "kept" if ok[0] else "measuring again")
+    _coll().broadcast(comm, ok, 0, timeout=timeout)
+    return bool(ok[0])
+
+
+def _measure(collective, comm, run, nbytes, cands, model, timeout):
+    """Time cands on scratch buffers (see the module's docstring): (rank 0's
+    winner on every rank, its median seconds per call on rank 0)."""
     times = {a: [] for a in cands}
     alive = list(cands)
     start = time.perf_counter()
@@ -150,21 +184,19 @@ def _measure(collective, comm, nbytes, cands, model, timeout):
         reps = 1 if rnd < 0 else BACK_TO_BACK
         _coll().barrier(comm)
         for a in (alive if rnd % 2 == 0 else alive[::-1]):
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                run(comm, a)
-            _coll().barrier(comm)       # until every rank is done: a root may
-            if rnd >= 0:                # finish long before its last receiver
-                times[a].append((time.perf_counter() - t0) / reps)
+            took = _timed_run(comm, run, a, reps)
+            if rnd >= 0:
+                times[a].append(took)
     pick = np.zeros(1, np.float64)
+    took = {a: sorted(times[a])[len(times[a]) // 2] for a in alive}
     if comm.rank == 0:
-        took = {a: sorted(times[a])[len(times[a]) // 2] for a in alive}
         pick[0] = cands.index(decide(took, model))
         log.debug("tune %s %d B on %d ranks: %s -> %s", collective, nbytes, comm.size,
                   {a: [round(x * 1e6) for x in t] for a, t in times.items()},
                   cands[int(pick[0])])
     _coll().broadcast(comm, pick, 0, timeout=timeout)
-    return cands[int(pick[0])]
+    winner = cands[int(pick[0])]
+    return winner, took[winner]
 
 
 # -- the cost cache's record of winners ---------------------------------------------
@@ -173,8 +205,10 @@ def _measure(collective, comm, nbytes, cands, model, timeout):
 # winners measured so far per "collective:size class".  One measurement may catch
 # the host in a passing state, so a winner settles, and later jobs stop measuring,
 # once the last two measurements agree, or after the calibration's SETTLE_AFTER
-# (then the most frequent).
-TUNE_VERSION = 1
+# (then the most frequent).  Each measurement keeps the winner's seconds per call
+# and byte ("took"), which a later job's run of a settled winner is checked
+# against.
+TUNE_VERSION = 2
 
 
 def _entry_key(p, size):
@@ -184,7 +218,8 @@ def _entry_key(p, size):
 
 
 def _cached(entry, slot):
-    """The settled winner recorded for slot, or None."""
+    """(the settled winner recorded for slot, its latest seconds per call and
+    byte), or None."""
     from commrt.collectives import cost
 
     _, data = cost.read_cache()
@@ -192,9 +227,11 @@ def _cached(entry, slot):
     if not isinstance(rec, dict) or rec.get("version") != TUNE_VERSION:
         return None
     got = rec.get(slot)
-    if isinstance(got, dict) and got.get("settled") and isinstance(got.get("algo"), str):
-        return got["algo"]
-    return None
+    if not (isinstance(got, dict) and got.get("settled") and isinstance(got.get("algo"), str)):
+        return None
+    took = [s for a, s in zip(got.get("seen", []), got.get("took", []))
+            if a == got["algo"] and isinstance(s, (int, float)) and s > 0]
+    return (got["algo"], float(took[-1])) if took else None
 
 
 def settles(seen):
@@ -208,8 +245,9 @@ def settles(seen):
     return seen[-1], False
 
 
-def _record(entry, slot, algo):
-    """Add a measured winner to the cost cache (rank 0)."""
+def _record(entry, slot, algo, took):
+    """Add a measured winner and its seconds per call and byte to the cost cache
+    (rank 0)."""
     from commrt.collectives import cost
 
     path, data = cost.read_cache()
@@ -219,9 +257,12 @@ def _record(entry, slot, algo):
     if not isinstance(rec, dict) or rec.get("version") != TUNE_VERSION:
         rec = data[entry] = {"version": TUNE_VERSION}
     old = rec.get(slot) if isinstance(rec.get(slot), dict) else {}
-    seen = [a for a in old.get("seen", []) if isinstance(a, str)][-cost.SETTLE_AFTER + 1:] + [algo]
-    winner, settled = settles(seen)
-    rec[slot] = {"algo": winner, "settled": settled, "seen": seen, "when": time.time()}
+    pairs = [(a, s) for a, s in zip(old.get("seen", []), old.get("took", []))
+             if isinstance(a, str) and isinstance(s, (int, float))]
+    pairs = pairs[-cost.SETTLE_AFTER + 1:] + [(algo, float(took))]
+    winner, settled = settles([a for a, _ in pairs])
+    rec[slot] = {"algo": winner, "settled": settled, "seen": [a for a, _ in pairs],
+                 "took": [s for _, s in pairs], "when": time.time()}
     cost.write_cache(path, data)
 
 

@@ -1,5 +1,6 @@
 """The measured choice of large calls (collectives/tuning.py): real worlds, the
 algorithms slowed on purpose where a test needs a known winner."""
+import json
 import time
 
 import numpy as np
@@ -39,10 +40,11 @@ def test_candidates_are_the_plausible_ones_within_the_budget():
     assert tuning.candidates({"a": 1.0, "b": 1.0}, "a") == ["a", "b"]  # never fewer than 2
 
 
-def _slowed(comm, collective, nbytes=NBYTES):
+def _slowed(comm, collective, nbytes=NBYTES, winner_s=0.0):
     """Every trial run of a candidate of a call of nbytes but one the model did
-    not pick (the winner) sleeps SLOW_S first: (the model's pick, the winner,
-    how many candidates, the list each trial run is appended to)."""
+    not pick (the winner) sleeps SLOW_S first, and every run winner_s more:
+    (the model's pick, the winner, how many candidates, the list each trial run
+    is appended to)."""
     pred = cost.predict(collective, comm, nbytes)
     model = cost.cheapest(pred)
     cands = tuning.candidates(pred, model)
@@ -55,8 +57,7 @@ def _slowed(comm, collective, nbytes=NBYTES):
 
         def run(comm, algo):
             runs.append(algo)
-            if algo != winner:
-                time.sleep(SLOW_S)
+            time.sleep(winner_s + (SLOW_S if algo != winner else 0.0))
             made(comm, algo)
         return run
     tuning._TRIALS[collective] = trial
@@ -199,23 +200,39 @@ def test_a_winner_settles_once_two_measurements_agree():
     assert tuning.settles(["a", "b", "c", "d"]) == ("d", True)      # ties: the latest
 
 
-def _winner_and_trials(comm):
-    model, winner, _, runs = _slowed(comm, "all_reduce")
+def _winner_and_trials(comm, winner_s=0.0):
+    model, winner, _, runs = _slowed(comm, "all_reduce", winner_s=winner_s)
     try:
         comm.all_reduce(np.ones(NBYTES // 4, np.float32))
-        return cost.choices("all_reduce", comm)[NBYTES], winner, len(runs)
+        return cost.choices("all_reduce", comm)[NBYTES], winner, runs
     finally:
         _restore("all_reduce")
 
 
-def test_later_jobs_take_a_settled_winner_from_the_cost_cache(tmp_path):
-    """Two jobs measure the same winner; the third reads it and measures nothing."""
-    env = dict(ENV, COMMRT_COST_CACHE=str(tmp_path / "cost.json"))
-    for job in range(3):
+def test_later_jobs_check_a_settled_winner_before_taking_it(tmp_path):
+    """Two jobs measure the same winner and it settles.  The third runs only it
+    (untimed, then one timed run) and takes it.  A fourth, whose record says it
+    ran 10x faster than it does now (the host changed state), measures every
+    candidate again.  Every run sleeps 10 ms, so the winner's speed is steady."""
+    path = tmp_path / "cost.json"
+    env = dict(ENV, COMMRT_COST_CACHE=str(path))
+    for job in range(4):
+        if job == 3:
+            data = json.loads(path.read_text())
+            for entry in (v for k, v in data.items() if k.startswith("tuned:")):
+                for slot in (v for v in entry.values() if isinstance(v, dict)):
+                    slot["took"] = [s / 10 for s in slot["took"]]
+            path.write_text(json.dumps(data))
         with World(2, transport="shm", env=env, timeout=120) as w:
-            (chose, winner, trials), other = w.run(_winner_and_trials)
+            (chose, winner, runs), other = w.run(_winner_and_trials, 0.01)
         assert chose == winner and other[0] == chose, job
-        assert (trials == 0) == (job == 2), (job, trials)
+        if job == 2:
+            assert runs == [winner] * (1 + tuning.BACK_TO_BACK), runs
+        else:
+            assert len(set(runs)) > 1 and len(runs) > 1 + tuning.BACK_TO_BACK, (job, runs)
+    slot = next(v for k, v in json.loads(path.read_text()).items()
+                if k.startswith("tuned:"))[f"all_reduce:{tuning.size_class(NBYTES)}"]
+    assert slot["settled"] and slot["seen"] == [winner] * 3 and len(slot["took"]) == 3
 
 
 def _behind_an_async_call(comm):
