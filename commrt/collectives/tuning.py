@@ -27,7 +27,10 @@ the model already got right.  Afterwards the communicator is as before
 on trust: it runs once as a trial, and where its time moved beyond RECHECK
 of the recorded one (the host changed state: at N = 2, 16 MiB the ranking
 flips between the fast and the slow state) every candidate is measured
-again.
+again.  A call whose timeout= leaves some rank under ROOM_S is not measured
+(trials take up to seconds where ranks outnumber cores): the model's pick
+serves its size from then on (a plan may already hold it), and the class's
+next call of another size with room measures.
 """
 import logging
 import time
@@ -46,6 +49,7 @@ MAX_BYTES = 32 << 20  # larger calls are tuned at this size (the same memory-bou
 BUDGET_S = 0.5       # predicted seconds of the rounds that run every candidate
 SPENT_S = 1.0        # measured seconds of those rounds beyond which one timed round decides
 RECHECK = 1.35       # a settled winner's timed run this far from its record: measure all again
+ROOM_S = 10.0        # a call whose timeout leaves any rank less than this is not measured
 
 
 def size_class(nbytes):
@@ -79,6 +83,8 @@ def choice(collective, comm, nbytes, pred, model, p, timeout=None):
         cands = candidates(pred, model)
         algo = model if len(cands) < 2 else _settle(collective, comm, nbytes, cands, model, p,
                                                     timeout)
+        if algo is None:                # no room before some rank's deadline: the
+            return model                # model's, for this size only (cost.choose)
         memo[cls] = algo
     return algo
 
@@ -97,7 +103,8 @@ def candidates(pred, model):
 
 def _settle(collective, comm, nbytes, cands, model, p, timeout):
     """Rank 0's winner for cands on every rank: a settled entry of the cost
-    cache, else measured now (and recorded).  The calls this makes are
+    cache, else measured now (and recorded); None on every rank where some
+    rank's timeout leaves it under ROOM_S.  The calls this makes are
     ordinary calls, so each trial runs on the prepared plan a user's call of
     it would (a plan's copies are not the general path's: the double tree at
     N = 2, 4 MiB took 240-280 us on its plan and 440-580 through the general
@@ -118,12 +125,16 @@ def _settle(collective, comm, nbytes, cands, model, p, timeout):
             st.tuning = f"{collective} #{seq}"          # what a mismatch report names
             trial = min(nbytes, MAX_BYTES)
             run = _TRIALS[collective](comm, trial)
-            pick = np.full(2, -1.0)             # [settled winner's index, its s/B recorded]
+            # [settled winner's index, its s/B recorded, -(this rank's time left)],
+            # the max over ranks: rank 0's entry and the least time left
+            pick = np.array([-1.0, -1.0, -np.inf if timeout is None else -timeout])
             if comm.rank == 0:
                 cached = _cached(*key)
                 if cached and cached[0] in cands:
-                    pick[:] = cands.index(cached[0]), cached[1]
-            _coll().broadcast(comm, pick, 0, timeout=timeout)   # every rank alike
+                    pick[:2] = cands.index(cached[0]), cached[1]
+            _coll().all_reduce(comm, pick, op="max", timeout=timeout)    # every rank alike
+            if -pick[2] < ROOM_S:
+                return None
             if pick[0] >= 0 and _confirmed(comm, run, cands[int(pick[0])], pick[1] * trial,
                                            timeout):
                 return cands[int(pick[0])]

@@ -271,3 +271,34 @@ def _one_round(comm):
 def test_slow_trials_stop_after_one_timed_round(world):
     for ok, ncands, trials in world.run(_one_round):
         assert ok and trials == (1 + tuning.BACK_TO_BACK) * ncands
+
+
+def _with_a_deadline(comm, timeouts, nbytes):
+    """A first call of a class whose timeout (on one rank or all) leaves under
+    ROOM_S runs the model's pick and measures nothing; that size keeps it, and
+    the next call of another size of the class, with no timeout, measures."""
+    model, winner, _, runs = _slowed(comm, "all_reduce", nbytes)
+    try:
+        buf = np.full(nbytes // 4, comm.rank + 1, np.float32)
+        comm.all_reduce(buf, timeout=timeouts[comm.rank])
+        cls = tuning.size_class(nbytes)
+        first = (bool((buf == 3).all()), len(runs), tuning.tuned("all_reduce", comm).get(cls))
+        comm.all_reduce(np.ones(nbytes // 4, np.float32))              # the same size
+        again = len(runs)
+        comm.all_reduce(np.ones((nbytes + (16 << 10)) // 4, np.float32))
+        return (first, again, cost.choices("all_reduce", comm)[nbytes] == model, winner,
+                tuning.tuned("all_reduce", comm).get(cls), len(runs))
+    finally:
+        _restore("all_reduce")
+
+
+# sizes of classes no other test of the module's world measures
+@pytest.mark.parametrize("timeouts, nbytes", [((5.0, 5.0), 2 * NBYTES),
+                                              ((None, 5.0), 4 * NBYTES)],
+                         ids=["every rank", "one rank"])
+def test_a_call_whose_deadline_leaves_no_room_is_not_measured(world, timeouts, nbytes):
+    assert max(t or 0 for t in timeouts) < tuning.ROOM_S
+    for first, again, models, winner, tuned, trials in world.run(_with_a_deadline, timeouts,
+                                                                   nbytes):
+        assert first == (True, 0, None) and again == 0 and models, (first, again, models)
+        assert tuned == winner and trials > 0
