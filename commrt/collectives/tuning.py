@@ -24,7 +24,7 @@ the call's size class (a power of two) on that communicator.  The model's
 pick stands unless another is KEEP faster: noise must not flip a choice
 the model already got right.  Afterwards the communicator is as before
 (_settle).  A winner settled in the cost cache by earlier jobs is not taken
-on trust: it runs once as a trial, and where its time moved beyond RECHECK
+on trust: it runs CHECK_RUNS times as a trial, and where its time moved beyond RECHECK
 of the recorded one (the host changed state: at N = 2, 16 MiB the ranking
 flips between the fast and the slow state) every candidate is measured
 again.  A call whose timeout= leaves some rank under ROOM_S is not measured
@@ -49,6 +49,7 @@ MAX_BYTES = 32 << 20  # larger calls are tuned at this size (the same memory-bou
 BUDGET_S = 0.5       # predicted seconds of the rounds that run every candidate
 SPENT_S = 1.0        # measured seconds of those rounds beyond which one timed round decides
 RECHECK = 1.35       # a settled winner's timed run this far from its record: measure all again
+CHECK_RUNS = 3       # timed runs of a settled winner, their median checked against its record
 ROOM_S = 10.0        # a call whose timeout leaves any rank less than this is not measured
 
 
@@ -166,12 +167,12 @@ def _timed_run(comm, run, algo, reps=BACK_TO_BACK):
 
 
 def _confirmed(comm, run, algo, recorded, timeout):
-    """Whether a settled winner still runs at its recorded speed (rank 0's
-    timed run, after an untimed one, within RECHECK of it either way), on every
-    rank."""
+    """Whether a settled winner still runs at its recorded speed (the median of
+    rank 0's CHECK_RUNS timed runs, after an untimed one, within RECHECK of it
+    either way), on every rank."""
     _coll().barrier(comm)
     _timed_run(comm, run, algo, 1)              # its plan, scratch and pages
-    took = _timed_run(comm, run, algo)
+    took = sorted(_timed_run(comm, run, algo) for _ in range(CHECK_RUNS))[CHECK_RUNS // 2]
     ok = np.zeros(1)
     if comm.rank == 0:
         ok[0] = recorded / RECHECK <= took <= recorded * RECHECK
@@ -238,21 +239,29 @@ def _cached(entry, slot):
     if not isinstance(rec, dict) or rec.get("version") != TUNE_VERSION:
         return None
     got = rec.get(slot)
-    if not (isinstance(got, dict) and got.get("settled") and isinstance(got.get("algo"), str)):
+    if not isinstance(got, dict):
         return None
-    took = [s for a, s in zip(got.get("seen", []), got.get("took", []))
-            if a == got["algo"] and isinstance(s, (int, float)) and s > 0]
-    return (got["algo"], float(took[-1])) if took else None
+    pairs = [(a, s) for a, s in zip(got.get("seen", []), got.get("took", []))
+             if isinstance(a, str) and isinstance(s, (int, float)) and s > 0]
+    winner, settled = settles([a for a, _ in pairs]) if pairs else (None, False)
+    took = [s for a, s in pairs if a == winner]
+    return (winner, float(took[-1])) if settled else None      # (settled by today's rule)
 
 
 def settles(seen):
-    """(winner, settled) after the winners seen so far, oldest first."""
+    """(winner, settled) after the winners seen so far, oldest first (the last
+    SETTLE_AFTER at most): settled where the last two agree, or where one won
+    twice among them (ties: the latest).  Winners that all differ stay
+    unsettled, so each job measures: candidates that near-tie, or a ranking
+    that the host's state flips (N = 2, 16 MiB: the parameter server, the
+    reduce+broadcast, the double tree and Rabenseifner in four jobs)."""
     from commrt.collectives.cost import SETTLE_AFTER
 
     if len(seen) >= 2 and seen[-1] == seen[-2]:
         return seen[-1], True
     if len(seen) >= SETTLE_AFTER:
-        return max(reversed(seen), key=seen.count), True    # ties: the latest
+        best = max(reversed(seen), key=seen.count)
+        return best, seen.count(best) >= 2
     return seen[-1], False
 
 
