@@ -216,8 +216,8 @@ def _measure(collective, comm, run, nbytes, cands, model, timeout):
 # host, link, cores, ranks per host, hosts) and the communicator's size, the
 # winners measured so far per "collective:size class".  One measurement may catch
 # the host in a passing state, so a winner settles, and later jobs stop measuring,
-# once the last two measurements agree, or after the calibration's SETTLE_AFTER
-# (then the most frequent).  Each measurement keeps the winner's seconds per call
+# once the last two measurements agree, or one won twice among the last
+# SETTLE_AFTER (the calibration's; settles).  Each measurement keeps the winner's seconds per call
 # and byte ("took"), which a later job's run of a settled winner is checked
 # against.
 TUNE_VERSION = 2
