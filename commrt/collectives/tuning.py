@@ -124,8 +124,6 @@ def _settle(collective, comm, nbytes, cands, model, p, timeout):
         with st.numbers_given_back():
             st.probe_s = float("inf")
             st.tuning = f"{collective} #{seq}"          # what a mismatch report names
-            trial = min(nbytes, MAX_BYTES)
-            run = _TRIALS[collective](comm, trial)
             # [settled winner's index, its s/B recorded, -(this rank's time left)],
             # the max over ranks: rank 0's entry and the least time left
             pick = np.array([-1.0, -1.0, -np.inf if timeout is None else -timeout])
@@ -136,6 +134,8 @@ def _settle(collective, comm, nbytes, cands, model, p, timeout):
             _coll().all_reduce(comm, pick, op="max", timeout=timeout)    # every rank alike
             if -pick[2] < ROOM_S:
                 return None
+            trial = min(nbytes, MAX_BYTES)
+            run = _TRIALS[collective](comm, trial)      # scratch buffers, only now
             if pick[0] >= 0 and _confirmed(comm, run, cands[int(pick[0])], pick[1] * trial,
                                            timeout):
                 return cands[int(pick[0])]
@@ -238,14 +238,19 @@ def _cached(entry, slot):
     rec = data.get(entry)
     if not isinstance(rec, dict) or rec.get("version") != TUNE_VERSION:
         return None
-    got = rec.get(slot)
-    if not isinstance(got, dict):
-        return None
-    pairs = [(a, s) for a, s in zip(got.get("seen", []), got.get("took", []))
-             if isinstance(a, str) and isinstance(s, (int, float)) and s > 0]
+    pairs = _measurements(rec.get(slot))
     winner, settled = settles([a for a, _ in pairs]) if pairs else (None, False)
     took = [s for a, s in pairs if a == winner]
-    return (winner, float(took[-1])) if settled else None      # (settled by today's rule)
+    return (winner, took[-1]) if settled else None      # (settled by today's rule)
+
+
+def _measurements(slot):
+    """[(winner, its seconds per call and byte), ...] that a cache slot records,
+    oldest first (malformed entries skipped)."""
+    if not isinstance(slot, dict):
+        return []
+    return [(a, float(s)) for a, s in zip(slot.get("seen", []), slot.get("took", []))
+            if isinstance(a, str) and isinstance(s, (int, float)) and s > 0]
 
 
 def settles(seen):
@@ -276,10 +281,7 @@ def _record(entry, slot, algo, took):
     rec = data.get(entry)
     if not isinstance(rec, dict) or rec.get("version") != TUNE_VERSION:
         rec = data[entry] = {"version": TUNE_VERSION}
-    old = rec.get(slot) if isinstance(rec.get(slot), dict) else {}
-    pairs = [(a, s) for a, s in zip(old.get("seen", []), old.get("took", []))
-             if isinstance(a, str) and isinstance(s, (int, float))]
-    pairs = pairs[-cost.SETTLE_AFTER + 1:] + [(algo, float(took))]
+    pairs = _measurements(rec.get(slot))[-cost.SETTLE_AFTER + 1:] + [(algo, float(took))]
     winner, settled = settles([a for a, _ in pairs])
     rec[slot] = {"algo": winner, "settled": settled, "seen": [a for a, _ in pairs],
                  "took": [s for _, s in pairs], "when": time.time()}
