@@ -87,7 +87,10 @@ class Channel:
                                    fail every pending and later operation on the
                                    collective context, here and on every rank, with
                                    errors.error_for(code, reason, culprit)
-        aborted() -> error | None  the error of that abort (the first one heard)
+        aborted(read=False) -> error | None
+                                   the error of that abort (the first one heard);
+                                   read: drive the transport once first, so an abort
+                                   that came in but was not read yet counts
         derive(ranks, salt) -> Communicator | None
                                    a sub-communicator every member derives alike
     """
@@ -159,8 +162,13 @@ class Channel:
             comm._ctx)
         coll._abort(reason, code=code, culprit=culprit, pair=pair)
 
-    def aborted(self):
-        """The error the abort of the collective context makes here, or None."""
+    def aborted(self, read=False):
+        """The error the abort of the collective context makes here, or None.
+        read: first read what peers sent (Engine.progress, ~1 us): an abort frame
+        waits unread in an idle rank's ring until something drives the transport
+        (its next wait, or the heartbeat thread, every COMMRT_HEARTBEAT_S)."""
+        if read:
+            self._coll._engine.progress()
         return self._coll._aborted()
 
     def derive(self, ranks, salt):

@@ -143,8 +143,10 @@ class Call:
         self.finish()
         # an abort that came in right behind the last message this rank matched
         # (its sender timed out waiting on another rank after posting it) fails
-        # no request here: the call must still fail as every other rank's does
-        first = self.chan.aborted()
+        # no request here: the call must still fail as every other rank's does.
+        # Read first: a rank whose part only sent (eager messages complete at
+        # post) has not driven the transport, so an abort already here is unread
+        first = self.chan.aborted(read=True)
         if first is not None:
             raise first
         self.state.current = None

@@ -578,6 +578,30 @@ def each_algorithm_times_out(comm, cases, nbytes):
     return out
 
 
+def planned_calls_time_out(comm, kinds):
+    """For each collective kind, on a fresh group: three calls (the later ones on
+    the kind's prepared plan), then rank 0's call times out (0.2 s) and the
+    others call 0.45 s later with no timeout= (their plan), then every rank
+    calls a barrier.  Returns per kind (this rank's error in the call, in the
+    barrier), as _catch gives them."""
+    import commrt.collectives as C
+
+    out = []
+    for kind in kinds:
+        sub = C.new_group(comm, list(range(comm.size)))
+        x = np.ones(8)
+        for _ in range(3):
+            _collective(sub, kind, None, x, None)
+        comm.barrier()
+        if comm.rank == 0:
+            now = _catch(lambda: _collective(sub, kind, None, x, 0.2))
+        else:
+            time.sleep(0.45)
+            now = _catch(lambda: _collective(sub, kind, None, x, None))
+        out.append((now, _catch(lambda: C.barrier(sub, timeout=10))))
+    return out
+
+
 def rank_dies_in(comm, victim, kind, algo, nbytes):
     """Rank `victim` is SIGKILLed 0.15 s after the others enter one call of `kind`
     by `algo` (30 s deadline; a rank that had not entered it yet fails as it

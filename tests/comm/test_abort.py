@@ -80,8 +80,10 @@ def test_a_timeout_aborts_every_collective_and_algorithm_everywhere(nbytes):
     root); then no rank fails."""
     cases = [(kind, algo) for kind, algos in ALGORITHMS.items() for algo in algos]
     # a probe interval past the bound below: a rank that heard the abort only
-    # at its next probe, not at once, fails the test
-    env = {"COMMRT_COLL_PROBE_S": "10"}
+    # at its next probe, not at once, fails the test; and heartbeats far apart
+    # (the beat thread reads what peers sent): a rank whose part only sends
+    # must read the abort itself, not be saved by a beat that came in time
+    env = {"COMMRT_COLL_PROBE_S": "10", "COMMRT_HEARTBEAT_S": "20"}
     with World(3, transport="shm", env=env, timeout=60) as w:
         res = w.run(R.each_algorithm_times_out, cases, nbytes, timeout=len(cases) * 5)
     for i, case in enumerate(cases):
@@ -95,6 +97,31 @@ def test_a_timeout_aborts_every_collective_and_algorithm_everywhere(nbytes):
             assert r is not None and r["type"] == "CommTimeoutError", (case, rank, r)
             assert r["rank"] == first["rank"], (case, rank, r, first)
             assert r["s"] < 5, (case, rank, r)          # not their 30 s deadline
+
+
+def test_a_timeout_reaches_planned_calls_now_or_at_the_next_call():
+    """Small calls on prepared plans (no timeout=): where rank 0 times out, a rank
+    whose part of the call needs a message fails in it; one whose part only
+    sends (a gather's or a reduce's leaves: heartbeats 20 s apart, so no beat
+    read the abort) may finish it, and then its next collective raises the
+    same timeout.  A broadcast's root finishes alone and nobody fails."""
+    kinds = ["gather", "reduce", "gatherv", "all_reduce", "broadcast"]
+    env = {"COMMRT_COLL_PROBE_S": "10", "COMMRT_HEARTBEAT_S": "20"}
+    with World(3, transport="shm", env=env, timeout=60) as w:
+        res = w.run(R.planned_calls_time_out, kinds, timeout=50)
+    for i, kind in enumerate(kinds):
+        first = res[0][i][0]
+        if kind == "broadcast":
+            assert all(r[i] == (None, None) for r in res), (kind, [r[i] for r in res])
+            continue
+        assert first is not None and first["type"] == "CommTimeoutError", (kind, first)
+        for rank in range(3):
+            now, later = res[rank][i]
+            for e in (now, later) if now is not None else (later,):
+                assert e is not None and e["type"] == "CommTimeoutError", (kind, rank, e)
+                assert e["rank"] == first["rank"] and e["s"] < 5, (kind, rank, e, first)
+            if kind == "all_reduce":                 # it needs rank 0's message
+                assert now is not None, (kind, rank)
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
