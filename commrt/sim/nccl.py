@@ -21,7 +21,6 @@ wins small and mid sizes on many nodes, the ring large ones.  Only the
 constants' structure is used here; bus bandwidth (channels × per-channel
 speed) is the caller's.
 """
-import math
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 BASE_LAT = {"tree": (6.8, 14.0, 0.0), "ring": (6.6, 14.0, 8.4)}       # µs

@@ -9,7 +9,7 @@ import commrt.collectives as C
 from commrt.collectives.plans import SchedPlan
 from commrt.errors import CollectiveMismatchError, PeerLostError
 
-from coll_ranks import _sent_recv, check, data, digest, reference
+from coll_ranks import check, data, digest, reference
 
 KINDS = ["broadcast", "reduce", "gather", "scatter", "all_gather", "reduce_scatter",
          "all_to_all", "all_reduce"]
@@ -539,7 +539,6 @@ def v_compiled_entry(comm):
     their own).  Every output checked against NumPy."""
     from commrt.collectives import plans
 
-    n, r = comm.size, comm.rank
     seen = {}
     python_runs = [0]
     plain_run = plans.run

@@ -1,13 +1,10 @@
 """Traffic proven with comm.stats(), mismatches, a dead rank, sub-communicators,
 async requests, the cost model and the hierarchical algorithm."""
 import json
-import math
 
-import numpy as np
 import pytest
 
 import coll_ranks as R
-from commrt.errors import CollectiveMismatchError
 from commrt.testing import World, WorldError, no_cuda_gpu
 
 F4 = 4  # bytes per float32

@@ -7,8 +7,8 @@ import time
 import numpy as np
 
 import commrt
-from commrt.errors import (AbortedError, CommError, CommTimeoutError,
-                           ConcurrentCollectiveError, FailureCode, PeerLostError)
+from commrt.errors import (CommError, CommTimeoutError, ConcurrentCollectiveError,
+                           PeerLostError)
 
 
 def _catch(fn):

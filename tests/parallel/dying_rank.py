@@ -3,8 +3,6 @@ rank DIE_RANK exits abruptly in the middle of epoch 1."""
 import os
 import sys
 
-import numpy as np
-
 import commrt
 from commrt import nn, optim
 from commrt.data import DataLoader, load_digits

@@ -1,7 +1,6 @@
 """Point-to-point over shared memory and TCP between real processes."""
 import os
 
-import numpy as np
 import pytest
 
 from commrt.testing import World

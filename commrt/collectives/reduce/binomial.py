@@ -13,7 +13,6 @@ Cost: ceil(log2 N)·(α + K·max(β, γ)) where every level's ranks have a core
 (see cost).  Bytes: every non-root sends K once;
 the root receives ceil(log2 N)·K at most.
 """
-import math
 
 from commrt.collectives.registry import Msg, sender_copies
 from commrt.comm import Channel

@@ -453,7 +453,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 # ---------------------------------------------------------------- reducescatter
 def _reducescatter_async(tensors, name, op, process_set, prescale_factor, postscale_factor):
     _check_op(op, "reducescatter")
-    arrays, finishes = [], []
+    arrays = []
     for t in tensors:
         _adapter.check_tensor(t)
         if t.dim() == 0:
