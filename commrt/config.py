@@ -196,7 +196,7 @@ knob("COMMRT_LOG_LEVEL", "WARNING", str, "Logging level of the commrt logger.")
 knob("COMMRT_FAULT_SEED", None, int,
      "Seed of every random choice of the fault campaign (world sizes, culprits, collective "
      "streams, fault points); unset: a fresh seed per run, printed in pytest's header.")
-knob("COMMRT_FUZZ_CASES", 3000, int,
+knob("COMMRT_FUZZ_CASES", 2000, int,
      "Cases per run of each parser fuzzer of the fault campaign (wire: split between TCP and "
      "shared memory; store). The default keeps CI's suite within its time budget; the "
      "campaign of docs/reliability.md sets 10^5.")

@@ -559,7 +559,7 @@ def _collective(sub, kind, algo, x, timeout):
 
 def each_algorithm_times_out(comm, cases, nbytes):
     """For each (collective, algorithm) in cases, on a fresh group of every rank:
-    rank 0's call times out (0.2 s); the others call 0.45 s later with a 30 s
+    rank 0's call times out (0.1 s); the others call 0.3 s later with a 30 s
     deadline and must fail at once with the same error.  Returns, per case,
     this rank's error (as _catch gives it)."""
     import commrt.collectives as C
@@ -570,9 +570,9 @@ def each_algorithm_times_out(comm, cases, nbytes):
         x = np.ones(nbytes // 8)
         comm.barrier()
         if comm.rank == 0:
-            r = _catch(lambda: _collective(sub, kind, algo, x, 0.2))
+            r = _catch(lambda: _collective(sub, kind, algo, x, 0.1))
         else:
-            time.sleep(0.45)
+            time.sleep(0.3)
             r = _catch(lambda: _collective(sub, kind, algo, x, 30))
         out.append(r)
     return out
@@ -580,8 +580,8 @@ def each_algorithm_times_out(comm, cases, nbytes):
 
 def planned_calls_time_out(comm, kinds):
     """For each collective kind, on a fresh group: three calls (the later ones on
-    the kind's prepared plan), then rank 0's call times out (0.2 s) and the
-    others call 0.45 s later with no timeout= (their plan), then every rank
+    the kind's prepared plan), then rank 0's call times out (0.1 s) and the
+    others call 0.3 s later with no timeout= (their plan), then every rank
     calls a barrier.  Returns per kind (this rank's error in the call, in the
     barrier), as _catch gives them."""
     import commrt.collectives as C
@@ -594,9 +594,9 @@ def planned_calls_time_out(comm, kinds):
             _collective(sub, kind, None, x, None)
         comm.barrier()
         if comm.rank == 0:
-            now = _catch(lambda: _collective(sub, kind, None, x, 0.2))
+            now = _catch(lambda: _collective(sub, kind, None, x, 0.1))
         else:
-            time.sleep(0.45)
+            time.sleep(0.3)
             now = _catch(lambda: _collective(sub, kind, None, x, None))
         out.append((now, _catch(lambda: C.barrier(sub, timeout=10))))
     return out
