@@ -559,7 +559,7 @@ def _collective(sub, kind, algo, x, timeout):
 
 def each_algorithm_times_out(comm, cases, nbytes):
     """For each (collective, algorithm) in cases, on a fresh group of every rank:
-    rank 0's call times out (0.1 s); the others call 0.3 s later with a 30 s
+    rank 0's call times out (0.1 s); the others call 0.35 s later with a 30 s
     deadline and must fail at once with the same error.  Returns, per case,
     this rank's error (as _catch gives it)."""
     import commrt.collectives as C
@@ -572,7 +572,7 @@ def each_algorithm_times_out(comm, cases, nbytes):
         if comm.rank == 0:
             r = _catch(lambda: _collective(sub, kind, algo, x, 0.1))
         else:
-            time.sleep(0.3)
+            time.sleep(0.35)
             r = _catch(lambda: _collective(sub, kind, algo, x, 30))
         out.append(r)
     return out
@@ -581,7 +581,7 @@ def each_algorithm_times_out(comm, cases, nbytes):
 def planned_calls_time_out(comm, kinds):
     """For each collective kind, on a fresh group: three calls (the later ones on
     the kind's prepared plan), then rank 0's call times out (0.1 s) and the
-    others call 0.3 s later with no timeout= (their plan), then every rank
+    others call 0.35 s later with no timeout= (their plan), then every rank
     calls a barrier.  Returns per kind (this rank's error in the call, in the
     barrier), as _catch gives them."""
     import commrt.collectives as C
@@ -596,7 +596,7 @@ def planned_calls_time_out(comm, kinds):
         if comm.rank == 0:
             now = _catch(lambda: _collective(sub, kind, None, x, 0.1))
         else:
-            time.sleep(0.3)
+            time.sleep(0.35)
             now = _catch(lambda: _collective(sub, kind, None, x, None))
         out.append((now, _catch(lambda: C.barrier(sub, timeout=10))))
     return out
