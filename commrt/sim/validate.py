@@ -181,11 +181,12 @@ def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3, chained=False, 
         dt, count = (np.float32, k // 4) if land else (np.uint8, k)
         a, b = np.ones(count, dt), np.zeros(count, dt)
 
-        def lap():
-            for dst, src in pairs:
-                _exchange(comm, a, dst, b, src, 120)
         if chained:
             lap = _chained_lap(comm, pairs, a, b, hook)
+        else:
+            def lap():
+                for dst, src in pairs:
+                    _exchange(comm, a, dst, b, src, 120)
         lap()
         comm.barrier()
         t0 = time.perf_counter()

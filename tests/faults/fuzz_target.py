@@ -380,7 +380,7 @@ def serve(conn, kind, nslots):
             break
         try:
             conn.send(("verdict", target.run_case(case)))
-        except BaseException as exc:  # noqa: BLE001 - the harness itself broke: say so
+        except BaseException:  # noqa: BLE001 - the harness itself broke: say so
             import traceback
             conn.send(("error", traceback.format_exc()))
             break
