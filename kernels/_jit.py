@@ -5,6 +5,7 @@ and ranks may be started by fork (multiprocessing, some launchers): pick the
 fork-safe ``workqueue`` layer unless the user chose one.
 """
 import os
+import threading
 
 import numba
 
@@ -12,3 +13,34 @@ if not os.environ.get("NUMBA_THREADING_LAYER"):
     numba.config.THREADING_LAYER = "workqueue"
 
 from numba import njit, prange  # noqa: E402,F401
+
+
+_pool = [None, 0, 0]     # executor, its threads, the pid that made it
+_pool_lock = threading.Lock()
+
+
+def run_tasks(fn, tasks, *args):
+    """fn(*args, i) for i in range(tasks) on up to Numba's thread count of threads,
+    fn a ``nogil`` kernel: Python threads run its tasks at once.
+
+    Not a ``prange`` loop: a kernel called from one is linked into the loop's
+    own module and optimised again there, which cost the Winograd
+    convolution's two loops 5 and 10 s of compilation beyond their bodies on
+    a cold cache (2026-12-06), and ran no faster.  One thread runs the tasks
+    in order; a process forked from one with a pool makes a pool of its own
+    (its parent's threads are not in it)."""
+    n = min(tasks, numba.get_num_threads())
+    if n <= 1:
+        for i in range(tasks):
+            fn(*args, i)
+        return
+    with _pool_lock:
+        if _pool[1] < n or _pool[2] != os.getpid():
+            from concurrent.futures import ThreadPoolExecutor
+
+            if _pool[0] is not None and _pool[2] == os.getpid():
+                _pool[0].shutdown(wait=False)        # too few threads: its idle ones end
+            _pool[:] = ThreadPoolExecutor(n, thread_name_prefix="commrt-kernel"), n, os.getpid()
+        pool = _pool[0]
+    for f in [pool.submit(fn, *args, i) for i in range(tasks)]:
+        f.result()

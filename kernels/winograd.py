@@ -42,7 +42,7 @@ padding, and beyond it for a last partial tile) read as zero, outputs beyond
 import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401  (np.dot in Numba calls BLAS through it)
 
-from commrt.kernels._jit import njit, numba, prange
+from commrt.kernels._jit import njit, numba, run_tasks
 
 # points 0, 1, -1, 2, -1/2 and infinity
 BT = np.array([[1, 3 / 2, -2, -3 / 2, 1, 0], [0, -1, -5 / 2, -1 / 2, 1, 0],
@@ -93,8 +93,9 @@ def weight_transform_adjoint(dU):
 # one inner loop runs over all th*tw tiles of the plane (LLVM vectorises with
 # 16 floats, so a loop over the tw tiles of one row, 8 in the benchmark, stays
 # scalar); only the copies in and out of a plane touch single pixels.  A
-# kernel is a serial function of one plane called from a prange loop:
-# compiled inside the parallel loop itself, the same loops ran 2x slower.
+# kernel is a serial function of one plane, called a chunk of images at a
+# time (below): compiled inside a parallel loop itself, the same loops ran 2x
+# slower.
 # Indices are unsigned (``_u``): Numba then drops its negative-index
 # wrap-around test and LLVM vectorises the inner loops.  Mixing uint64 with
 # int64 gives float64 (loops that then ran 1.5x slower), so every index below
@@ -365,37 +366,37 @@ def _output_transform_adjoint_plane(gy, n, k, th, tw, dM, base):
 
 
 # ---- the transforms as functions of whole arrays (V, M: 36 x channels x N*th*tw) ----------------
+#
+# For the tests of the transforms (the convolution fuses them a chunk at a time,
+# below): one plane after another, from Python, so that nothing compiles
+# beyond the plane kernels the convolution uses too.
 
-@njit(parallel=True, cache=True, nogil=True)
 def _input_transform(x, ph, pw, th, tw, V):
     N, C = x.shape[:2]
-    for p in prange(N * C):
-        n, c = p // C, p % C
-        _input_transform_plane(x, n, c, ph, pw, th, tw, V, n * th * tw)
+    for n in range(N):
+        for c in range(C):
+            _input_transform_plane(x, n, c, ph, pw, th, tw, V, n * th * tw)
 
 
-@njit(parallel=True, cache=True, nogil=True)
 def _input_transform_adjoint(dV, ph, pw, th, tw, dx):
     N, C = dx.shape[:2]
-    for p in prange(N * C):
-        n, c = p // C, p % C
-        _input_transform_adjoint_plane(dV, n, c, ph, pw, th, tw, dx, n * th * tw)
+    for n in range(N):
+        for c in range(C):
+            _input_transform_adjoint_plane(dV, n, c, ph, pw, th, tw, dx, n * th * tw)
 
 
-@njit(parallel=True, cache=True, nogil=True)
 def _output_transform(M, b, th, tw, y):
     N, K = y.shape[:2]
-    for p in prange(N * K):
-        n, k = p // K, p % K
-        _output_transform_plane(M, n * th * tw, b, th, tw, y, n, k)
+    for n in range(N):
+        for k in range(K):
+            _output_transform_plane(M, n * th * tw, b, th, tw, y, n, k)
 
 
-@njit(parallel=True, cache=True, nogil=True)
 def _output_transform_adjoint(gy, th, tw, dM, db):
     N, K = gy.shape[:2]
-    for p in prange(N * K):
-        n, k = p // K, p % K
-        db[n, k] = _output_transform_adjoint_plane(gy, n, k, th, tw, dM, n * th * tw)
+    for n in range(N):
+        for k in range(K):
+            db[n, k] = _output_transform_adjoint_plane(gy, n, k, th, tw, dM, n * th * tw)
 
 
 def input_transform(x, padding):
@@ -447,69 +448,89 @@ def output_transform_adjoint(gy):
 # The whole-array functions above stream V and M (2.25x and 4.5x the input's
 # size per channel pair) through memory, and every batched BLAS product woke
 # OpenBLAS's thread pool, whose spinning worker then took the core that the
-# next transform needed.  The convolution itself therefore runs inside one
-# parallel Numba region, a chunk of ``per`` images at a time: each thread
-# transforms its chunk's tiles into its own V and M (36 x C x T and
+# next transform needed.  The convolution itself therefore runs a chunk of
+# ``per`` images at a time in one Numba function (``_forward_chunk``): its
+# thread transforms the chunk's tiles into its own V and M (36 x C x T and
 # 36 x K x T, T = per*th*tw tiles, about 1 MiB together: in cache),
 # multiplies them with 36 BLAS products called from Numba (``np.dot`` into
 # ``out``: SciPy's OpenBLAS, which runs a product below 4 * 65536
 # multiply-adds on the calling thread, i.e. every product of the benchmark),
 # and transforms back.  Backward does the same with dM, recomputing V from x
 # instead of keeping it (cheaper than writing it out and reading it back);
-# each thread sums its images' weight gradients in its own dU, and the few
-# partial sums are added at the end.
+# each worker sums its images' weight gradients in its own dU, and the few
+# partial sums are added at the end.  The chunks run on Python threads
+# (``run_tasks``; the functions release the GIL), not in a ``prange`` loop,
+# which compiled for 5 and 10 s longer on a cold cache and ran no faster
+# (2026-12-06, 2 cores: 2.6 against 3.2 ms for forward and backward of 64
+# images of 6 -> 16 channels, 14x14; 5.7 against 5.6 ms at 32 x 16 -> 16,
+# 32x32; one thread alike within noise).
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _forward(x, U, b, ph, pw, th, tw, y, per):
+@njit(cache=True, nogil=True)
+def _forward_chunk(x, U, b, ph, pw, th, tw, y, per, j):
+    """Chunk j of the forward: images [j*per, (j+1)*per) transformed, multiplied
+    and transformed back by the calling thread."""
     N, C = x.shape[:2]
     K, P = U.shape[1], th * tw
-    for j in prange((N + per - 1) // per):
-        n0, n1 = j * per, min(N, (j + 1) * per)
-        V = np.empty((36, C, (n1 - n0) * P), x.dtype)
-        M = np.empty((36, K, (n1 - n0) * P), x.dtype)
-        for n in range(n0, n1):
-            for c in range(C):
-                _input_transform_plane(x, n, c, ph, pw, th, tw, V, (n - n0) * P)
-        for xi in range(36):
-            np.dot(U[xi], V[xi], M[xi])
-        for n in range(n0, n1):
-            for k in range(K):
-                _output_transform_plane(M, (n - n0) * P, b, th, tw, y, n, k)
+    n0, n1 = j * per, min(N, (j + 1) * per)
+    V = np.empty((36, C, (n1 - n0) * P), x.dtype)
+    M = np.empty((36, K, (n1 - n0) * P), x.dtype)
+    for n in range(n0, n1):
+        for c in range(C):
+            _input_transform_plane(x, n, c, ph, pw, th, tw, V, (n - n0) * P)
+    for xi in range(36):
+        np.dot(U[xi], V[xi], M[xi])
+    for n in range(n0, n1):
+        for k in range(K):
+            _output_transform_plane(M, (n - n0) * P, b, th, tw, y, n, k)
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _backward(gy, x, U, ph, pw, th, tw, dx, dUs, db, need_x, need_w, per):
+def _forward(x, U, b, ph, pw, th, tw, y, per):
+    run_tasks(_forward_chunk, (x.shape[0] + per - 1) // per, x, U, b, ph, pw, th, tw, y, per)
+
+
+@njit(cache=True, nogil=True)
+def _backward_worker(gy, x, U, ph, pw, th, tw, dx, dUs, db, need_x, need_w, per, w):
+    """Worker w's share of the backward: its images' gradients, a chunk at a time,
+    and their weight gradient summed in dUs[w]."""
     N, K = gy.shape[:2]
     C, P = x.shape[1], th * tw
     workers = dUs.shape[0]
-    for w in prange(workers):
-        part = np.empty((K, C), gy.dtype)
-        dU = dUs[w]
-        dU[:] = 0
-        last = (w + 1) * N // workers
-        for n0 in range(w * N // workers, last, per):
-            n1 = min(last, n0 + per)
-            T = (n1 - n0) * P
-            dM = np.empty((36, K, T), gy.dtype)
+    part = np.empty((K, C), gy.dtype)
+    dU = dUs[w]
+    dU[:] = 0
+    last = (w + 1) * N // workers
+    for n0 in range(w * N // workers, last, per):
+        n1 = min(last, n0 + per)
+        T = (n1 - n0) * P
+        dM = np.empty((36, K, T), gy.dtype)
+        for n in range(n0, n1):
+            for k in range(K):
+                db[n, k] = _output_transform_adjoint_plane(gy, n, k, th, tw, dM, (n - n0) * P)
+        if need_w:
+            V = np.empty((36, C, T), gy.dtype)
             for n in range(n0, n1):
+                for c in range(C):
+                    _input_transform_plane(x, n, c, ph, pw, th, tw, V, (n - n0) * P)
+            for xi in range(36):
+                np.dot(dM[xi], V[xi].T, part)
+                # element by element: an array assigned to a slice compiles Numba's
+                # shape-mismatch message (3.4 s on a cold cache)
                 for k in range(K):
-                    db[n, k] = _output_transform_adjoint_plane(gy, n, k, th, tw, dM, (n - n0) * P)
-            if need_w:
-                V = np.empty((36, C, T), gy.dtype)
-                for n in range(n0, n1):
                     for c in range(C):
-                        _input_transform_plane(x, n, c, ph, pw, th, tw, V, (n - n0) * P)
-                for xi in range(36):
-                    np.dot(dM[xi], V[xi].T, part)
-                    dU[xi] += part
-            if need_x:
-                dV = np.empty((36, C, T), gy.dtype)
-                for xi in range(36):
-                    np.dot(U[xi].T, dM[xi], dV[xi])
-                for n in range(n0, n1):
-                    for c in range(C):
-                        _input_transform_adjoint_plane(dV, n, c, ph, pw, th, tw, dx, (n - n0) * P)
+                        dU[xi, k, c] += part[k, c]
+        if need_x:
+            dV = np.empty((36, C, T), gy.dtype)
+            for xi in range(36):
+                np.dot(U[xi].T, dM[xi], dV[xi])
+            for n in range(n0, n1):
+                for c in range(C):
+                    _input_transform_adjoint_plane(dV, n, c, ph, pw, th, tw, dx, (n - n0) * P)
+
+
+def _backward(gy, x, U, ph, pw, th, tw, dx, dUs, db, need_x, need_w, per):
+    run_tasks(_backward_worker, dUs.shape[0], gy, x, U, ph, pw, th, tw, dx, dUs, db, need_x,
+              need_w, per)
 
 
 PER = None          # images per chunk, for tests; None: ``_per`` chooses
