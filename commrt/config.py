@@ -135,7 +135,7 @@ knob("COMMRT_PROGRESS_DELAY_US", 1000.0, float,
      "Grace before the progress thread takes over requests a caller left outstanding.")
 # -- kernels and collectives ------------------------------------------------
 knob("COMMRT_KERNEL_PARALLEL_BYTES", 0, _size,
-     "Arrays from this size up are reduced with Numba's threads; 0: never (measured on 2 cores: they pay only when the other core is idle).")
+     "Arrays from this size up are reduced on several threads (Numba's thread count); 0: never (measured on 2 cores: they pay only when the other core is idle).")
 knob("COMMRT_CONV_CHUNK_BYTES", 512 << 10, _size,
      "With one Numba thread, convolutions that do not take the Winograd path run im2col and "
      "the product on a chunk of images at a time whose columns and products fit in this many "

@@ -130,7 +130,7 @@ def _bf16_reduce_into(dst, src, name):
 #   _FAST[op as spelled by the caller][dtype]: (serial entry point, kernel for
 #          large arrays, its threshold in elements, parallel kernel) for
 #          dtypes with Numba kernels; the hot path of reduce_into (two dict
-#          lookups, no tuple).  Large arrays go to Numba's threads when
+#          lookups, no tuple).  Large arrays go to several threads when
 #          COMMRT_KERNEL_PARALLEL_BYTES asks, else (sum, prod) to NumPy's loop.
 #   _SLOW[(op, dtype)]: (canonical op, ufunc) for everything, off the hot path.
 _FAST = {}
@@ -247,7 +247,7 @@ def reduce_into(dst, src, op="sum", *, parallel=None):
 
     ``parallel``: None picks by size (``COMMRT_KERNEL_PARALLEL_BYTES``); False
     forces the serial loop (a collective whose ranks already fill the cores);
-    True forces Numba's threads.
+    True forces the parallel kernels (Numba's thread count of threads).
     """
     if type(dst) is _ndarray:
         table = _FAST.get(op)

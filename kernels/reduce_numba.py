@@ -4,18 +4,21 @@ One small typed loop per operation, written out (not generated) so that
 ``cache=True`` can store every specialisation next to this file.  All release
 the GIL (``nogil=True``): a collective reduces one segment while the transport,
 in another thread, moves the next.  The ``_par`` twins split the loop over
-Numba's threads; they pay only past the last-level cache and only when the
-other cores are idle (measured on 2 cores: a parallel launch costs ~100 µs,
-so below ~16 MiB the serial loop wins, and with the other core busy they
-lose at every size; see ``python -m commrt.bench kernels``).  So they run
-only when asked (``parallel=True``, or COMMRT_KERNEL_PARALLEL_BYTES).
+Numba's thread count of threads (``run_tasks``); they pay only past the
+last-level cache and only when the other cores are idle (measured on 2
+cores: a parallel launch costs 65-100 µs, so below ~16 MiB the serial loop
+wins, and with the other core busy they lose at every size; see ``python -m
+commrt.bench kernels``).  So they run only when asked (``parallel=True``, or
+COMMRT_KERNEL_PARALLEL_BYTES).  As ``prange`` loops (until 2026-12-06) they
+launched in ~100 µs and ran float32 sums of 16 and 64 MiB as fast (679-795
+and 3979-4424 µs, against 749-757 and 3987-4306 on threads, alternated).
 
 Semantics follow NumPy's ufuncs, so the NumPy reference in ``reduce.py`` is the
 oracle: integers wrap, MIN/MAX propagate NaN, logical ops give 0/1 in the
 array's own dtype.  Float16 is absent: Numba's CPU target has no half type, and
 NumPy's own float16 loops already compute each element in float32.
 """
-from commrt.kernels._jit import njit, prange
+from commrt.kernels._jit import njit, numba, run_tasks
 
 
 # -- serial --------------------------------------------------------------------
@@ -98,80 +101,34 @@ def bxor_(dst, src):
 
 
 # -- parallel (large arrays only) ------------------------------------------------
-@njit(nogil=True, cache=True, parallel=True)
-def sum_par(dst, src):
-    if src.size != dst.size:
-        raise ValueError("reduce_into: dst and src differ in size")
-    for i in prange(dst.size):
-        dst[i] += src[i]
+def _split(serial, name):
+    """The parallel twin of a serial kernel: the arrays cut into one contiguous
+    share per thread, each share the serial loop's, on ``run_tasks``' threads
+    (no ``prange`` loop: its nine twins compiled for 27 s on a cold cache, the
+    serial loops they share for 9)."""
+    def par(dst, src):
+        if src.size != dst.size:
+            raise ValueError("reduce_into: dst and src differ in size")
+        n = dst.size
+        parts = max(1, min(numba.get_num_threads(), n))
+
+        def share(i):
+            lo, hi = n * i // parts, n * (i + 1) // parts
+            serial(dst[lo:hi], src[lo:hi])
+        run_tasks(share, parts)
+    par.__name__ = par.__qualname__ = name
+    return par
 
 
-@njit(nogil=True, cache=True, parallel=True)
-def prod_par(dst, src):
-    if src.size != dst.size:
-        raise ValueError("reduce_into: dst and src differ in size")
-    for i in prange(dst.size):
-        dst[i] *= src[i]
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def min_par(dst, src):
-    if src.size != dst.size:
-        raise ValueError("reduce_into: dst and src differ in size")
-    for i in prange(dst.size):
-        x = dst[i]
-        if not (x < src[i] or x != x):   # np.minimum's rule (see min_)
-            dst[i] = src[i]
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def max_par(dst, src):
-    if src.size != dst.size:
-        raise ValueError("reduce_into: dst and src differ in size")
-    for i in prange(dst.size):
-        x = dst[i]
-        if not (x > src[i] or x != x):   # np.maximum's rule (see min_)
-            dst[i] = src[i]
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def land_par(dst, src):
-    if src.size != dst.size:
-        raise ValueError("reduce_into: dst and src differ in size")
-    for i in prange(dst.size):
-        dst[i] = (dst[i] != 0) & (src[i] != 0)
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def lor_par(dst, src):
-    if src.size != dst.size:
-        raise ValueError("reduce_into: dst and src differ in size")
-    for i in prange(dst.size):
-        dst[i] = (dst[i] != 0) | (src[i] != 0)
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def band_par(dst, src):
-    if src.size != dst.size:
-        raise ValueError("reduce_into: dst and src differ in size")
-    for i in prange(dst.size):
-        dst[i] &= src[i]
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def bor_par(dst, src):
-    if src.size != dst.size:
-        raise ValueError("reduce_into: dst and src differ in size")
-    for i in prange(dst.size):
-        dst[i] |= src[i]
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def bxor_par(dst, src):
-    if src.size != dst.size:
-        raise ValueError("reduce_into: dst and src differ in size")
-    for i in prange(dst.size):
-        dst[i] ^= src[i]
+sum_par = _split(sum_, "sum_par")
+prod_par = _split(prod_, "prod_par")
+min_par = _split(min_, "min_par")
+max_par = _split(max_, "max_par")
+land_par = _split(land_, "land_par")
+lor_par = _split(lor_, "lor_par")
+band_par = _split(band_, "band_par")
+bor_par = _split(bor_, "bor_par")
+bxor_par = _split(bxor_, "bxor_par")
 
 
 def entry_point(kernel, dtype):
