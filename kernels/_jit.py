@@ -23,10 +23,10 @@ def run_tasks(fn, tasks, *args):
     """fn(*args, i) for i in range(tasks) on up to Numba's thread count of threads,
     fn a ``nogil`` kernel: Python threads run its tasks at once.
 
-    Not a ``prange`` loop: a kernel called from one is linked into the loop's
-    own module and optimised again there, which cost the Winograd
-    convolution's two loops 5 and 10 s of compilation beyond their bodies on
-    a cold cache (2026-12-06), and ran no faster.  One thread runs the tasks
+    Not a ``prange`` loop: on a cold cache the Winograd convolution's two
+    loops compiled for 5 and 10 s beyond the serial functions they call
+    (Numba's compile events, 2026-12-06; the callee is likely optimised again
+    inside the loop's own module), and ran no faster.  One thread runs the tasks
     in order; a process forked from one with a pool makes a pool of its own
     (its parent's threads are not in it)."""
     n = min(tasks, numba.get_num_threads())
