@@ -19,6 +19,17 @@ _pool = [None, 0, 0]     # executor, its threads, the pid that made it
 _pool_lock = threading.Lock()
 
 
+def _after_fork_in_child():
+    # the parent's pool threads are not in the child, and a thread of the parent
+    # may have held the lock at the fork: the child starts afresh
+    global _pool_lock
+    _pool_lock = threading.Lock()
+    _pool[:] = None, 0, 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def run_tasks(fn, tasks, *args):
     """fn(*args, i) for i in range(tasks) on up to Numba's thread count of threads,
     fn a ``nogil`` kernel: Python threads run its tasks at once.
@@ -28,7 +39,8 @@ def run_tasks(fn, tasks, *args):
     (Numba's compile events, 2026-12-06; the callee is likely optimised again
     inside the loop's own module), and ran no faster.  One thread runs the tasks
     in order; a process forked from one with a pool makes a pool of its own
-    (its parent's threads are not in it)."""
+    (its parent's threads are not in it: the pid check, and the reset at
+    fork, which also frees a lock that another thread held then)."""
     n = min(tasks, numba.get_num_threads())
     if n <= 1:
         for i in range(tasks):
