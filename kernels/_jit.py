@@ -15,7 +15,7 @@ if not os.environ.get("NUMBA_THREADING_LAYER"):
 from numba import njit, prange  # noqa: E402,F401
 
 
-_pool = [None, 0, 0]     # executor, its threads, the pid that made it
+_pool = [None, 0]        # executor, its threads
 _pool_lock = threading.Lock()
 
 
@@ -24,7 +24,7 @@ def _after_fork_in_child():
     # may have held the lock at the fork: the child starts afresh
     global _pool_lock
     _pool_lock = threading.Lock()
-    _pool[:] = None, 0, 0
+    _pool[:] = None, 0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -39,20 +39,20 @@ def run_tasks(fn, tasks, *args):
     (Numba's compile events, 2026-12-06; the callee is likely optimised again
     inside the loop's own module), and ran no faster.  One thread runs the tasks
     in order; a process forked from one with a pool makes a pool of its own
-    (its parent's threads are not in it: the pid check, and the reset at
-    fork, which also frees a lock that another thread held then)."""
+    (its parent's threads are not in it), with a lock of its own
+    (``_after_fork_in_child``)."""
     n = min(tasks, numba.get_num_threads())
     if n <= 1:
         for i in range(tasks):
             fn(*args, i)
         return
     with _pool_lock:
-        if _pool[1] < n or _pool[2] != os.getpid():
+        if _pool[1] < n:
             from concurrent.futures import ThreadPoolExecutor
 
-            if _pool[0] is not None and _pool[2] == os.getpid():
+            if _pool[0] is not None:
                 _pool[0].shutdown(wait=False)        # too few threads: its idle ones end
-            _pool[:] = ThreadPoolExecutor(n, thread_name_prefix="commrt-kernel"), n, os.getpid()
+            _pool[:] = ThreadPoolExecutor(n, thread_name_prefix="commrt-kernel"), n
         pool = _pool[0]
     for f in [pool.submit(fn, *args, i) for i in range(tasks)]:
         f.result()
