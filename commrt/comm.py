@@ -22,6 +22,7 @@ from commrt.errors import CommError, FailureCode
 from commrt.transport._core import ANY_SOURCE, ANY_TAG, Request, Status  # noqa: F401
 from commrt.transport._core import check_timeout  # noqa: F401  (the one timeout rule)
 from commrt.transport._core import COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE
+from commrt.transport._core import copy_into
 
 __all__ = ["init", "Communicator", "Request", "Status", "wait_all", "ANY_SOURCE", "ANY_TAG"]
 
@@ -93,6 +94,10 @@ class Channel:
                                    that came in but was not read yet counts
         derive(ranks, salt) -> Communicator | None
                                    a sub-communicator every member derives alike
+        copy(dst, src)             a local copy of src into dst (C-contiguous, the same
+                                   bytes), the GIL released, a large one in the
+                                   pieces this CPU copies fastest (transport
+                                   copy_into): an algorithm's own block
     """
     __slots__ = ("_comm", "_coll", "rank", "size", "state", "_coll_state")
 
@@ -133,6 +138,8 @@ class Channel:
 
     def isend(self, buf, dst, tag, meta=0, meta2=0):
         return self._coll.isend(buf, dst, tag, meta=meta, meta2=meta2)
+
+    copy = staticmethod(copy_into)
 
     # irecv's copier (transport Engine.irecv)
     RECEIVER, SENDER, EXCHANGE = COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE

@@ -169,6 +169,10 @@ class Call:
             self.state.current = None
 
     # messages ------------------------------------------------------------------------
+    def copy(self, dst, src):
+        """A local copy (Channel.copy): an algorithm's own block."""
+        self.chan.copy(dst, src)
+
     def isend(self, buf, dst, tag=TAG):
         """tag: TAG, or a lane of this call's own (dbtree's trees: LANE_TAGS)."""
         req = self.chan.isend(buf, dst, tag, self.meta, self.meta2)

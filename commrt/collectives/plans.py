@@ -733,7 +733,7 @@ def _run_step(call, step, views, isz):
         a = views[where][off // isz:(off + nbytes) // isz]
         if kind == COPY:
             s0 = src[1] // isz
-            a[...] = views[src[0]][s0:s0 + nbytes // isz]
+            call.copy(a, views[src[0]][s0:s0 + nbytes // isz])
             continue
         copier = src[2] if len(src) > 2 else 0
         tag = src[3] if len(src) > 3 and src[3] >= 0 else TAG

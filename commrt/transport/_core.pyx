@@ -1205,6 +1205,106 @@ cpdef double check_timeout(object timeout) except -1.0:
     return t if t < MAX_TIMEOUT_S else MAX_TIMEOUT_S
 
 
+# A large local copy in pieces.  glibc's memcpy leaves `rep movsb` above its
+# rep_movsb_stop_threshold (1 MiB here: the L2 of AMD cores) for a vector loop
+# whose stores first read each line (RFO), while `rep movsb` writes whole
+# lines without reading them.  Which is faster depends on whether the copy
+# fits in the last-level cache: both cores copying 32 MiB at once from freshly
+# written buffers took 3.1-3.7 ms in one memcpy and 2.6-2.8 ms in 512 KiB
+# pieces, and N = 2 all-gathers, all-to-alls, scatters and gathers of 64 MiB
+# (32 MiB own blocks) took 0.88-0.98 of the time in pieces, while at 16 MiB
+# (8 MiB blocks, the buffers held in the 32 MiB L3) pieces took 0.99-1.45
+# (alternated slice by slice in one job, 2026-12-06; docs/transport.md).  So pieces from the
+# size of the last-level cache up (copy_pieces_from: sysfs's figure; glibc's
+# sysconf says 320 MiB on this virtual machine, sysfs 32; 32 MiB where sysfs
+# says nothing).
+# OpenMPI's Allgather copies its own block as fast: N = 2, 64 MiB, 7.8-8.0 ms
+# against 8.9 with one NumPy copy.
+def _last_cache_bytes(cpu="/sys/devices/system/cpu/cpu0/cache"):
+    """The size of cpu 0's highest-level data or unified cache (sysfs), or 32 MiB."""
+    best = (0, 32 << 20)
+    try:
+        for entry in os.listdir(cpu):
+            if not entry.startswith("index"):
+                continue
+            d = os.path.join(cpu, entry)
+            with open(os.path.join(d, "type")) as f:
+                if f.read().strip() == "Instruction":
+                    continue
+            with open(os.path.join(d, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(d, "size")) as f:
+                size = f.read().strip()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+            n = int(size.rstrip("KMG")) * mult
+            if level > best[0] and n > 0:
+                best = (level, n)
+    except (OSError, ValueError):
+        pass
+    return best[1]
+
+
+cdef uint64_t copy_piece = 524288
+cdef uint64_t copy_pieces_from = _last_cache_bytes()
+
+
+def _set_copy_piece(uint64_t piece, from_bytes=None):
+    """Pieces of `piece` bytes (0: one memcpy) for copies of from_bytes up (None:
+    unchanged); to measure one against the other.  The old (piece, from)."""
+    global copy_piece, copy_pieces_from
+    old = (copy_piece, copy_pieces_from)
+    copy_piece = piece
+    if from_bytes is not None:
+        copy_pieces_from = from_bytes
+    return old
+
+
+cdef void copy_bytes(char *dst, const char *src, uint64_t n) noexcept nogil:
+    """memcpy of non-overlapping ranges, in copy_piece pieces from copy_pieces_from up."""
+    cdef uint64_t k = 0
+    cdef uint64_t piece = copy_piece
+    if piece == 0 or n < copy_pieces_from or n < 2 * piece:
+        memcpy(dst, src, n)
+        return
+    while n - k > piece:
+        memcpy(dst + k, src + k, piece)
+        k += piece
+    memcpy(dst + k, src + k, n - k)
+
+
+cdef void move_bytes(char *dst, const char *src, uint64_t n) noexcept nogil:
+    """memmove: copy_bytes where the ranges do not meet."""
+    if dst + n <= src or src + n <= dst:
+        copy_bytes(dst, src, n)
+    elif dst != src:
+        memmove(dst, src, n)
+
+
+def copy_into(dst, src):
+    """Copy src's bytes into dst: both C-contiguous buffers of the same number
+    of bytes (the ranges may overlap), the GIL released from 64 KiB, large copies
+    in pieces (copy_bytes)."""
+    cdef Py_buffer d
+    cdef Py_buffer s
+    cdef uint64_t n
+    PyObject_GetBuffer(dst, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(src, &s, PyBUF_C_CONTIGUOUS)
+        try:
+            if d.len != s.len:
+                raise ValueError(f"copy_into: dst holds {d.len} bytes, src {s.len}")
+            n = <uint64_t>d.len
+            if n >= 65536:
+                with nogil:
+                    move_bytes(<char *>d.buf, <const char *>s.buf, n)
+            else:
+                move_bytes(<char *>d.buf, <const char *>s.buf, n)
+        finally:
+            PyBuffer_Release(&s)
+    finally:
+        PyBuffer_Release(&d)
+
+
 cdef enum:
     MAX_LANES = 7           # extra TCP streams per peer (COMMRT_TCP_STREAMS <= 8)
 

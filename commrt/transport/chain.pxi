@@ -147,8 +147,8 @@ cdef inline void post_step(eng_t *E, step_t *s, msg_t *msgs, char **bases, uint6
         if msgs[j].kind == M_COPY:
             if msgs[j].len:
                 if copy_first(s, msgs, bases, j):
-                    memmove(bases[msgs[j].where] + msgs[j].off,
-                            bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
+                    move_bytes(bases[msgs[j].where] + msgs[j].off,
+                               bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
                 else:
                     late += 1
         elif msgs[j].kind == M_SEND:
@@ -175,8 +175,8 @@ cdef inline void post_step(eng_t *E, step_t *s, msg_t *msgs, char **bases, uint6
     if late:
         for j in range(s.first, s.first + s.nmsg):
             if msgs[j].kind == M_COPY and msgs[j].len and not copy_first(s, msgs, bases, j):
-                memmove(bases[msgs[j].where] + msgs[j].off,
-                        bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
+                move_bytes(bases[msgs[j].where] + msgs[j].off,
+                           bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
 
 
 cdef inline bint step_clean(step_t *s, msg_t *msgs, uint64_t meta, uint64_t meta2) noexcept nogil:

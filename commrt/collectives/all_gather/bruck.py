@@ -40,10 +40,10 @@ def run(call, out, buf):
     n, r = call.size, call.rank
     m = buf.size
     if n == 1:
-        out[:m] = buf
+        call.copy(out[:m], buf)
         return
     work = call.state.scratch("bruck", n * m, buf.dtype)
-    work[:m] = buf
+    call.copy(work[:m], buf)
     d = 1
     while d < n:
         cnt = min(d, n - d)

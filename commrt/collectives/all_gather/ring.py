@@ -40,7 +40,7 @@ def run(call, out, buf):
     n, r = call.size, call.rank
     m = buf.size
     if n == 1:
-        out[r * m:(r + 1) * m] = buf
+        call.copy(out[r * m:(r + 1) * m], buf)
         return
     right, left = (r + 1) % n, (r - 1) % n
     rvs = []
@@ -48,7 +48,7 @@ def run(call, out, buf):
         c = (r - s - 1) % n
         rvs.append(call.irecv(out[c * m:(c + 1) * m], left, Channel.EXCHANGE))
     call.isend(buf, right)
-    out[r * m:(r + 1) * m] = buf
+    call.copy(out[r * m:(r + 1) * m], buf)
     for s in range(n - 1):
         call.wait(rvs[s])
         if s < n - 2:

@@ -50,7 +50,7 @@ def run(call, out, buf, counts):
     n, r = call.size, call.rank
     offs = offsets(counts)
     if n == 1:
-        out[offs[r]:offs[r + 1]] = buf
+        call.copy(out[offs[r]:offs[r + 1]], buf)
         return
     right, left = (r + 1) % n, (r - 1) % n
     who = copier_from(call.chan, call.state.cache, counts, r, buf.itemsize, left)
@@ -59,7 +59,7 @@ def run(call, out, buf, counts):
         c = (r - s - 1) % n
         rvs.append(call.irecv(out[offs[c]:offs[c + 1]], left, who))
     call.isend(buf, right)
-    out[offs[r]:offs[r + 1]] = buf
+    call.copy(out[offs[r]:offs[r + 1]], buf)
     for s in range(n - 1):
         call.wait(rvs[s])
         if s < n - 2:

@@ -69,7 +69,7 @@ def reduce_to(call, buf, root, red, acc=None):
         if v + mask < n:
             if cur is buf and v != 0 and acc is not buf:
                 cur = call.state.scratch("bin_acc", buf.size, buf.dtype)
-                cur[...] = buf
+                call.copy(cur, buf)
             call.recv_combine(cur, (r + mask) % n, red, "bin_tmp", Channel.SENDER)
         mask <<= 1
 

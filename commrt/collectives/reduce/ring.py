@@ -54,7 +54,7 @@ def run(call, buf, root, red):
         work = buf
     else:
         work = call.state.scratch("red_work", buf.size, buf.dtype)
-        work[...] = buf
+        call.copy(work, buf)
     b = ring_rs.in_place(call, work, red)
     # rank q owns chunk q+1: send it to the root, which receives every other chunk
     own = (r + 1) % n

@@ -39,11 +39,11 @@ def run(call, out, buf, red):
     n, r = call.size, call.rank
     m = out.size
     if n == 1:
-        out[...] = buf
+        call.copy(out, buf)
         return
     peers = [q for q in range(n) if q != r]
     if red.lands:
-        out[...] = buf[r * m:(r + 1) * m]
+        call.copy(out, buf[r * m:(r + 1) * m])
         first = call.irecv_combine(out, peers[0], red, None)
         for k in range(1, n):
             q = (r + k) % n
@@ -57,6 +57,6 @@ def run(call, out, buf, red):
     for k in range(1, n):
         q = (r + k) % n
         call.isend(buf[q * m:(q + 1) * m], q)
-    out[...] = buf[r * m:(r + 1) * m]
+    call.copy(out, buf[r * m:(r + 1) * m])
     call.waitall(rvs)
     red.many(out, tmps)

@@ -38,7 +38,7 @@ def schedule(n, rank, count, root=0):
 def run(call, out, buf, red):
     n, r = call.size, call.rank
     m = out.size
-    out[...] = buf[r * m:(r + 1) * m]
+    call.copy(out, buf[r * m:(r + 1) * m])
     for k in range(1, n):
         dst, src = (r + k) % n, (r - k) % n
         cb = call.irecv_combine(out, src, red, "combine")

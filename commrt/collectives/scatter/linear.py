@@ -61,4 +61,4 @@ def run(call, out, buf, root):
     for k in range(1, n):
         q = (root + k) % n
         call.isend(buf[q * m:(q + 1) * m], q)
-    out[...] = buf[root * m:(root + 1) * m]
+    call.copy(out, buf[root * m:(root + 1) * m])
