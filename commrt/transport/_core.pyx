@@ -1208,16 +1208,15 @@ cpdef double check_timeout(object timeout) except -1.0:
 # A large local copy in pieces.  glibc's memcpy leaves `rep movsb` above its
 # rep_movsb_stop_threshold (1 MiB here: the L2 of AMD cores) for a vector loop
 # whose stores first read each line (RFO), while `rep movsb` writes whole
-# lines without reading them.  Which is faster depends on whether the copy
-# fits in the last-level cache: both cores copying 32 MiB at once from freshly
+# lines without reading them.  Both cores copying 32 MiB at once from freshly
 # written buffers took 3.1-3.7 ms in one memcpy and 2.6-2.8 ms in 512 KiB
 # pieces, and N = 2 all-gathers, all-to-alls, scatters and gathers of 64 MiB
-# (32 MiB own blocks) took 0.88-0.98 of the time in pieces, while at 16 MiB
-# (8 MiB blocks, the buffers held in the 32 MiB L3) pieces took 0.99-1.45
-# (alternated slice by slice in one job, 2026-12-06; docs/transport.md).  So pieces from the
-# size of the last-level cache up (copy_pieces_from: sysfs's figure; glibc's
-# sysconf says 320 MiB on this virtual machine, sysfs 32; 32 MiB where sysfs
-# says nothing).
+# (32 MiB own blocks) took 0.88-0.98 of the time in pieces (alternated slice
+# by slice in one job, 2026-12-06; docs/transport.md).  At 16 MiB (8 MiB
+# blocks) the same test went both ways, within the spread of an A/A run, so
+# pieces start at the size of the last-level cache (copy_pieces_from:
+# sysfs's figure; glibc's sysconf says 320 MiB on this virtual machine, sysfs
+# 32; 32 MiB where sysfs says nothing).
 # OpenMPI's Allgather copies its own block as fast: N = 2, 64 MiB, 7.8-8.0 ms
 # against 8.9 with one NumPy copy.
 def _last_cache_bytes(cpu="/sys/devices/system/cpu/cpu0/cache"):
@@ -1245,13 +1244,23 @@ def _last_cache_bytes(cpu="/sys/devices/system/cpu/cpu0/cache"):
 
 
 cdef uint64_t copy_piece = 524288
-cdef uint64_t copy_pieces_from = _last_cache_bytes()
+cdef uint64_t copy_pieces_from = 0          # 0: not read yet (size_copies)
+
+
+cdef int size_copies() except -1:
+    """Read the cache's size once, where a copy or a chain first needs it (not
+    at import: sysfs costs ~170 us)."""
+    global copy_pieces_from
+    if copy_pieces_from == 0:
+        copy_pieces_from = _last_cache_bytes()
+    return 0
 
 
 def _set_copy_piece(uint64_t piece, from_bytes=None):
     """Pieces of `piece` bytes (0: one memcpy) for copies of from_bytes up (None:
     unchanged); to measure one against the other.  The old (piece, from)."""
     global copy_piece, copy_pieces_from
+    size_copies()
     old = (copy_piece, copy_pieces_from)
     copy_piece = piece
     if from_bytes is not None:
@@ -1260,10 +1269,11 @@ def _set_copy_piece(uint64_t piece, from_bytes=None):
 
 
 cdef void copy_bytes(char *dst, const char *src, uint64_t n) noexcept nogil:
-    """memcpy of non-overlapping ranges, in copy_piece pieces from copy_pieces_from up."""
+    """memcpy of non-overlapping ranges, in copy_piece pieces from copy_pieces_from
+    up (one memcpy before size_copies has run)."""
     cdef uint64_t k = 0
     cdef uint64_t piece = copy_piece
-    if piece == 0 or n < copy_pieces_from or n < 2 * piece:
+    if piece == 0 or copy_pieces_from == 0 or n < copy_pieces_from or n < 2 * piece:
         memcpy(dst, src, n)
         return
     while n - k > piece:
@@ -1287,6 +1297,7 @@ def copy_into(dst, src):
     cdef Py_buffer d
     cdef Py_buffer s
     cdef uint64_t n
+    size_copies()
     PyObject_GetBuffer(dst, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
     try:
         PyObject_GetBuffer(src, &s, PyBUF_C_CONTIGUOUS)

@@ -556,6 +556,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
     cdef msg_t *m
     cdef uint64_t tmp_len = 0
     ch.spin = True
+    size_copies()                       # its copy steps copy without the GIL
     if eng.E == NULL or eng.E.closed:
         raise _errors().CommError("the communicator is closed")
     if tag < 0:
