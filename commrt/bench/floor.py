@@ -230,9 +230,9 @@ def main(argv=None):
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--nranks", default="2,4", help="world sizes (default 2,4)")
     ap.add_argument("--sizes", default="16M,64M", help="all-reduce sizes (default 16M,64M)")
-    ap.add_argument("--piece", default="256K",
-                    help="bounce piece of the reduce-scatter's reads (default 256K, the "
-                         "transport's CMA_PIECE)")
+    ap.add_argument("--piece", default="512K",
+                    help="bounce piece of the reduce-scatter's reads (default 512K, the "
+                         "transport's reduce-receive piece: shm.pxi cma_piece)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=10, help="timed calls per phase and round")
     ap.add_argument("--peers", action="store_true",

@@ -1117,6 +1117,7 @@ cdef class Engine:
         if E.cbuf != NULL:
             free(E.cbuf)
             E.cbuf = NULL
+            E.cbuf_bytes = 0
 
     cdef void _close_fds(self):
         """Release every channel (ops.release: its descriptors, segment, buffers)."""
@@ -1254,6 +1255,18 @@ cdef int size_copies() except -1:
     if copy_pieces_from == 0:
         copy_pieces_from = _last_cache_bytes()
     return 0
+
+
+def _set_cma_piece(uint64_t piece):
+    """Reduce-receives over CMA read in pieces of `piece` bytes (a multiple of
+    4096, at least 4096); to measure one size against another.  The old size.
+    Engines make their bounce buffer again at their next such receive."""
+    global cma_piece
+    if piece < 4096 or piece % 4096:
+        raise ValueError(f"CMA piece of {piece} bytes: a multiple of 4096 from 4096")
+    old = cma_piece
+    cma_piece = piece
+    return old
 
 
 def _set_copy_piece(uint64_t piece, from_bytes=None):

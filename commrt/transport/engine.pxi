@@ -56,7 +56,8 @@ cdef struct eng_t:
     uint64_t chunk
     uint64_t cma_min    # smallest shared-memory message copied with process_vm_readv
     uint64_t credit_bytes   # unexpected-message bytes we hold for each peer (flow control)
-    char *cbuf          # bounce buffer of reduce-receives over CMA (CMA_PIECE bytes, lazy)
+    char *cbuf          # bounce buffer of reduce-receives over CMA (cbuf_bytes, lazy)
+    uint64_t cbuf_bytes # its size: cma_piece when it was made
     int64_t spin_ns     # current spin budget of a waiter (adapts, see block())
     int64_t spin_min_ns
     int64_t oversub_spin_max_ns     # the largest a chain step's budget learns (block())

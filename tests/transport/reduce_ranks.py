@@ -113,3 +113,15 @@ def copier_headers(comm, n):
 def cores(comm):
     import os
     return len(os.sched_getaffinity(0))
+
+
+def in_pieces(comm, piece, n, dtype, op):
+    """pairwise() with reduce-receives read in pieces of `piece` bytes (this
+    process's transport), the default size given back after."""
+    from commrt.transport import _core
+
+    old = _core._set_cma_piece(piece)
+    try:
+        return pairwise(comm, n, dtype, op, False)
+    finally:
+        _core._set_cma_piece(old)

@@ -28,6 +28,25 @@ def test_combines_in_place(world, n, dtype, op, skew):
         assert nbytes == n * {"float64": 8, "int16": 2, "float32": 4}[dtype]
 
 
+@pytest.mark.parametrize("piece", [4096, 512 << 10, 4 << 20])
+@pytest.mark.parametrize("n,dtype,op", [(70001, "float64", "sum"), (300_001, "int16", "bxor")])
+def test_any_piece_size_combines_every_element(world, piece, n, dtype, op):
+    # messages of 560,008 and 600,002 bytes: many pieces of one page, a short last
+    # one of 512 KiB, or one piece larger than the message (read by CMA on shm-cma)
+    for ok, meta, nbytes in world.run(R.in_pieces, piece, n, dtype, op):
+        assert ok and meta == R.META, (ok, meta)
+
+
+def test_a_piece_that_could_split_an_element_is_refused():
+    from commrt.transport import _core
+
+    for bad in (0, 1000, 4095, 4097, 6144):
+        with pytest.raises(ValueError, match="multiple of 4096"):
+            _core._set_cma_piece(bad)
+    old = _core._set_cma_piece(8192)
+    assert _core._set_cma_piece(old) == 8192
+
+
 def test_to_self(world):
     assert world.run(R.to_self, 5000) == [True, True]
 
