@@ -96,14 +96,7 @@ def collect(args, log, counts=None, choices=None):
         theirs = dict(spec, algos={k: ["default"] for k in args.kinds})
         jobs = [("commrt", lambda n=n: _peers.run_commrt(n, mine, args.transport, args.timeout))]
         if args.peers:
-            import shutil
-
-            if shutil.which("mpirun") and _peers.has_module("mpi4py"):
-                for name in MPI:
-                    jobs.append((name, lambda n=n, name=name: _peers.run_mpi(
-                        n, _peers.PEERS[name], theirs, args.timeout, name)))
-            else:
-                log("mpirun or mpi4py missing: no OpenMPI peer")
+            jobs += _peers.mpi_jobs(n, theirs, args.timeout, log)
             if _peers.has_module("torch"):
                 jobs.append(("gloo", lambda n=n: _peers.run_gloo(n, theirs, args.timeout)))
             else:

@@ -81,7 +81,7 @@ class Work:
         self.comm, self.rank, self.n = comm, comm.rank, comm.size
         self.m = m = max(1, nbytes // 4 // self.n)
         self.data = np.zeros(self.n * m, np.float32)
-        self.bounce = np.empty(max(1, min(max(1, piece // 4), m)), np.float32)
+        self.bounce = np.empty(max(1, min(piece // 4, m)), np.float32)
         # every rank's (pid, address of its buffer)
         self.where = comm.all_gather_obj((os.getpid(), self.data.ctypes.data))
 
@@ -156,20 +156,12 @@ def run_floor(n, spec, timeout):
 def _peer_jobs(n, sizes, timeout, log):
     """[(name, job)] of the all-reduces measured beside the floor: commrt's own
     and, where mpirun and mpi4py exist, OpenMPI's two configurations."""
-    import shutil
-
     from commrt.bench import _peers
 
     spec = {"kinds": ["all_reduce"], "sizes": sizes, "fresh": True}
-    jobs = [("commrt", lambda: _peers.run_commrt(n, dict(spec, algos=["auto"]), "shm",
-                                                  timeout))]
-    if shutil.which("mpirun") and _peers.has_module("mpi4py"):
-        for name in ("ompi", "ompi-nocma"):
-            jobs.append((name, lambda name=name: _peers.run_mpi(
-                n, _peers.PEERS[name], dict(spec, algos=["default"]), timeout, name)))
-    else:
-        log("mpirun or mpi4py missing: no OpenMPI peer")
-    return jobs
+    return ([("commrt", lambda: _peers.run_commrt(n, dict(spec, algos=["auto"]), "shm",
+                                                   timeout))]
+            + _peers.mpi_jobs(n, dict(spec, algos=["default"]), timeout, log))
 
 
 def collect(args, log):
@@ -250,9 +242,5 @@ def main(argv=None):
     if args.json:
         from commrt.bench._launch import write_json
 
-        write_json(args.json, {str(n): {name: {str(k): v for k, v in by.items()}
-                                        for name, by in per.items() if name != "floor"}
-                               | {"floor": {ph: {str(k): v for k, v in by.items()}
-                                            for ph, by in per["floor"].items()}}
-                               for n, per in data.items()})
+        write_json(args.json, data)     # {N: {"floor": {phase: {bytes: [s]}}, system: ...}}
     return 0
