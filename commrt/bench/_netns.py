@@ -57,6 +57,32 @@ def shape(ns, dev, rate, burst, latency="50ms"):
             rate, "burst", burst, "latency", latency)
 
 
+_RATE_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8,
+               "tbit": 1e12 / 8, "bps": 1.0, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
+_SIZE_UNITS = {"b": 1, "k": 1024, "kb": 1024, "m": 1 << 20, "mb": 1 << 20}
+
+
+def _number_and_unit(text, units, what):
+    text = str(text).strip().lower()
+    digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(digits):]
+    try:
+        return float(digits) * units[unit]
+    except (ValueError, KeyError):
+        raise ValueError(f"{what} {text!r}: a number and one of {', '.join(units)}") from None
+
+
+def rate_bytes(rate):
+    """Bytes per second of a tc rate ("1gbit", "800mbit", "125mbps": SI, as tc
+    reads them)."""
+    return _number_and_unit(rate, _RATE_UNITS, "rate")
+
+
+def size_bytes(size):
+    """Bytes of a tc size ("36000b", "32kb", as tbf's burst: binary k and m)."""
+    return int(_number_and_unit(size, _SIZE_UNITS, "size"))
+
+
 def _exit_on_sigterm():
     """Make SIGTERM (``timeout``'s signal, a launcher's stop) unwind this process
     as SystemExit, so that ``with Hosts(...)`` removes its namespaces; returns

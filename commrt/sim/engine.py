@@ -75,7 +75,14 @@ that stays in cache, instead of copying it) costs per byte beyond the
 plain copy, for algorithms whose combines all do (the modules' ``LANDS``),
 where otherwise a combine costs the copy and then γ per byte: measured as
 the same exchange chain with and without the combine, about nothing up to
-1 MiB and 20-75 ps/B beyond (γ_mem 69), here.
+1 MiB and 20-75 ps/B beyond (γ_mem 69), here.  ``link_rate``,
+``link_burst``, ``beta_burst``: each node's link, each way, shaped by a
+token bucket (tc's tbf, as the namespace hosts' links are): a message
+between nodes that finds k tokens ends k / rate sooner than at the measured
+(sustained) β_net, no sooner than its bytes at ``beta_burst`` (_Bucket).
+With ``calls`` > 1 the run repeats the call, every rank starting the next
+once the last has ended, the links' state carried over: a loop of calls
+finds the buckets as the call before left them, not full.
 
 The symmetry shortcut (``uniform``; exact, not an approximation): where
 every rank provably follows rank 0's timeline, only rank 0 is run.  The
@@ -145,6 +152,10 @@ class Topology:
     land_at: tuple = ()                 # ((bytes, s/B), ...): what a shared-memory receive
                                         # that combines as it lands costs per byte beyond
                                         # the copy, instead of γ (module docstring)
+    link_rate: Optional[float] = None   # B/s of each node's shaped link, each way, where a
+                                        # token bucket shapes it (tc tbf; None: not shaped)
+    link_burst: int = 0                 # bytes the bucket holds (tbf's burst)
+    beta_burst: float = 0.0             # s/B of the bytes the bucket lets through at once
 
     def b(self, nbytes):
         """β of a shared-memory message of nbytes: the measured curve (``beta_at``,
@@ -227,22 +238,30 @@ class ScheduleError(ValueError):
     """A schedule that cannot run: unmatched messages, a peer out of range."""
 
 
-def simulate(topo, steps_of, itemsize=4, shortcut=True):
+def simulate(topo, steps_of, itemsize=4, shortcut=True, calls=1):
     """Seconds until the last rank finishes, for ``steps_of(rank)`` -> that rank's
-    steps; message sizes are (hi - lo) elements of ``itemsize`` bytes."""
-    return run(topo, steps_of, itemsize, shortcut)[0]
+    steps; message sizes are (hi - lo) elements of ``itemsize`` bytes.  calls:
+    that many calls one after another, every rank starting each once the last
+    has ended the one before; the last call's time.  The links' state carries
+    from one to the next (a shaped link's bucket starts the next call as the
+    last left it, as in a loop of calls), so calls=2 gives a call's time in such
+    a loop where the first finds every bucket full."""
+    return run(topo, steps_of, itemsize, shortcut, calls)[0]
 
 
 ROTATION_SAMPLE = 8
 
 
-def run(topo, steps_of, itemsize=4, shortcut=True):
-    """(seconds, True where the exact symmetry shortcut ran rank 0 alone)."""
+def run(topo, steps_of, itemsize=4, shortcut=True, calls=1):
+    """(seconds of the last of `calls` calls, True where the exact symmetry
+    shortcut ran rank 0 alone)."""
     n = topo.ranks
+    if calls < 1:
+        raise ValueError(f"calls must be at least 1, not {calls}")
     if shortcut and getattr(steps_of, "rotation", False) and _free(topo) and n > 1:
         first = steps_of(0)
         if _rotates(n, first, steps_of) and _matched_by_rotation(n, first, topo.nodes > 1):
-            return _rank0(topo, first, itemsize), True
+            return _repeat(_rank0, topo, first, itemsize, calls), True
     steps, total = [], 0
     for r in range(n):
         steps.append(steps_of(r))
@@ -258,8 +277,31 @@ def run(topo, steps_of, itemsize=4, shortcut=True):
                 if not 0 <= m[1] < n:
                     raise ScheduleError(f"rank {r}: peer {m[1]} outside 0..{n - 1}")
     if shortcut and uniform(topo, steps):
-        return _rank0(topo, steps[0], itemsize), True
-    return _full(topo, steps, itemsize), False
+        return _repeat(_rank0, topo, steps[0], itemsize, calls), True
+    return _repeat(_full, topo, steps, itemsize, calls), False
+
+
+def _repeat(one, topo, steps, itemsize, calls):
+    """The time of the last of `calls` runs of one(topo, steps, itemsize, links,
+    t0), each starting when the one before ended, on the links it left."""
+    links, t0 = _Links(topo), 0.0
+    for _ in range(calls):
+        t1 = one(topo, steps, itemsize, links, t0)
+        t0, took = t1, t1 - t0
+    return took
+
+
+class _Links:
+    """The network's state, which outlives a call: when each node's NIC is free
+    each way, the fabric, and each way's token bucket."""
+    __slots__ = ("egress", "ingress", "fabric", "out_bucket", "in_bucket")
+
+    def __init__(self, topo):
+        self.egress = [0.0] * topo.nodes
+        self.ingress = [0.0] * topo.nodes
+        self.fabric = [0.0]
+        self.out_bucket = [_Bucket(topo) for _ in range(topo.nodes)]
+        self.in_bucket = [_Bucket(topo) for _ in range(topo.nodes)]
 
 
 def _shape(msgs):
@@ -339,12 +381,14 @@ def _kind(m):
     return STREAMED if getattr(m, "copier", None) == "sender" else COMBINE
 
 
-def _rank0(topo, steps, itemsize):
+def _rank0(topo, steps, itemsize, links, t0=0.0):
     """Rank 0's timeline where every rank's is the same (``uniform``): the full run's
     arithmetic with every peer in rank 0's state.  On the network a step then
     holds one send and one receive of one size, so every NIC's egress and
-    ingress are busy until the same time (``free``)."""
-    t, free = topo.call, 0.0
+    ingress are busy until the same time (``free``), and every bucket holds
+    the same (rank 0's egress stands for all)."""
+    t, free = t0 + topo.call, links.egress[0]
+    bucket = links.out_bucket[0]
     for msgs in steps:
         done = cpu = t    # cpu: when rank 0's core is done with this step's copies
         for m in msgs:
@@ -362,14 +406,55 @@ def _rank0(topo, steps, itemsize):
                 done = max(done, cpu)
                 continue
             start = max(t, free)
-            free = start + nbytes * topo.bn(nbytes)
-            end = start + topo.alpha_net + nbytes * topo.bn(nbytes)
+            wire = bucket.wire(start, nbytes, nbytes * topo.bn(nbytes))
+            bucket.take(start, nbytes, wire)
+            free = start + wire
+            end = start + topo.alpha_net + wire
             if op == "combine":
                 part = min(nbytes, topo.segment)
                 end += part * topo.g(part)
             done = max(done, end)
         t = done
+    links.egress[0] = free
     return t
+
+
+class _Bucket:
+    """A link shaped by a token bucket (``link_rate``, ``link_burst``; tc's tbf):
+    the tokens it holds at a message's start let that many bytes through at
+    once, at ``beta_burst`` per byte, instead of at the shaped rate.  The
+    measured β_net is the sustained figure (a bucket kept empty by messages
+    back to back), so a message whose start finds k tokens ends k / rate
+    sooner, but no sooner than its bytes at beta_burst, and never later than
+    at the measured β.  Without a rate the
+    wire time is the measured one, as before."""
+    __slots__ = ("rate", "depth", "floor", "level", "at")
+
+    def __init__(self, topo):
+        self.rate, self.depth = topo.link_rate, topo.link_burst
+        self.floor = topo.beta_burst
+        self.level, self.at = float(self.depth), 0.0     # full at the start
+
+    def tokens(self, t):
+        if not self.rate:
+            return 0.0
+        return min(self.depth, self.level + (t - self.at) * self.rate)
+
+    def wire(self, start, nbytes, sustained, tokens=None):
+        """Seconds nbytes hold the link from start (sustained: at the measured β)."""
+        k = self.tokens(start) if tokens is None else tokens
+        if not k:
+            return sustained
+        # tokens only help: where the unshaped path is the slower (the link's
+        # rate not binding, beta_burst above the measured β) the measured β holds
+        return min(sustained, max(nbytes * self.floor, sustained - min(k, nbytes) / self.rate))
+
+    def take(self, start, nbytes, wire):
+        """nbytes sent from start, holding the link for wire seconds."""
+        if self.rate:
+            self.level = max(0.0, min(self.depth, self.tokens(start) - nbytes
+                                      + wire * self.rate))
+            self.at = start + wire
 
 
 class _Cores:
@@ -411,36 +496,35 @@ class _Cores:
                 del booked[:i]
 
 
-def _full(topo, steps, itemsize):
+def _full(topo, steps, itemsize, links, t0=0.0):
     n = topo.ranks
-    egress = [0.0] * topo.nodes
-    ingress = [0.0] * topo.nodes
-    fabric = [0.0]
+    egress, ingress, fabric = links.egress, links.ingress, links.fabric
+    out_bucket, in_bucket = links.out_bucket, links.in_bucket
     # (src, dst, ctx) -> ((arrival, sent at, same node), bytes, src): sent, not yet
     # received (arrival None: a rendezvous message waiting for its receive)
     sent = defaultdict(deque)
     waiting = defaultdict(deque)   # (src, dst, ctx) -> (post time, nbytes, combine) not sent
     left = [0] * n                 # receives of the current step still to complete
-    done_at = [0.0] * n            # when the current step's receives have completed
+    done_at = [t0] * n             # when the current step's receives have completed
     index = [0] * n
-    finish = [0.0] * n
+    finish = [t0] * n
     pool = _Cores(topo.cores) if topo.cores and topo.shared_cores else None
     free = ([pool if pool is not None else _Cores(topo.cores) for _ in range(topo.nodes)]
             if topo.cores else None)
     events = []
     for r in range(n):      # each rank's own call (its Python) first, on a core where shared
-        start = 0.0
+        start = t0
         if free is not None and topo.call:
             cores = free[topo.node(r)]
-            start, core = cores.earliest(0.0, topo.call)
+            start, core = cores.earliest(t0, topo.call)
             cores.book(core, start, start + topo.call)
         events.append((start + topo.call, r))
     heapq.heapify(events)
-    mine = [0.0] * n               # when each rank (one thread) is done with its copies
-    bus = [0.0] * topo.nodes       # when each node's memory is free of copies (bus_at)
+    mine = [t0] * n                # when each rank (one thread) is done with its copies
+    bus = [t0] * topo.nodes        # when each node's memory is free of copies (bus_at)
     eager = topo.eager
 
-    sends_done = [0.0] * n         # when each rank's rendezvous sends have been taken
+    sends_done = [t0] * n         # when each rank's rendezvous sends have been taken
     pending = [0] * n              # its rendezvous sends not yet matched and taken
     ending = [False] * n           # at its end, waiting for them
 
@@ -532,11 +616,15 @@ def _full(topo, steps, itemsize):
         if topo.node(src) == topo.node(dst):   # unused: the receiver's copy sets its time
             return t + topo.a(nbytes) + nbytes * topo.b(nbytes)
         a, b = topo.node(src), topo.node(dst)
-        wire = nbytes * topo.bn(nbytes)
         start = max(t, egress[a], ingress[b])
         if topo.bisection:
             start = max(start, fabric[0])
             fabric[0] = start + nbytes / topo.bisection
+        # the bytes pass the sender's bucket and then the receiver's (its switch port)
+        tokens = min(out_bucket[a].tokens(start), in_bucket[b].tokens(start))
+        wire = out_bucket[a].wire(start, nbytes, nbytes * topo.bn(nbytes), tokens)
+        out_bucket[a].take(start, nbytes, wire)
+        in_bucket[b].take(start, nbytes, wire)
         egress[a] = ingress[b] = start + wire
         return start + topo.alpha_net + wire
 

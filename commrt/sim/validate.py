@@ -231,6 +231,10 @@ def _gamma_busy(comm, cores):
 
 
 NET_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+# below the smallest burst the harness gives a shaped link (_netns.Hosts: 32 KiB),
+# headers included, so each goes through a full bucket at once
+BURST_SIZES = (8, 8 << 10, 16 << 10, 24 << 10)
+IDLE_S = 0.01       # before each of those: a bucket refills (36000 B at 100 Mbit/s: 2.9 ms)
 CROSS_SIZES = (8, 64 << 10, 1 << 20, 4 << 20)       # every rank across the link at once
 INNER_SIZES = (8 << 10, 64 << 10, 1 << 20, 4 << 20)  # every rank inside its host at once
 
@@ -260,20 +264,62 @@ def _pair_times(comm, pair, sizes, reps=5):
     return tuple(tuple(x) for x in comm.broadcast_obj(got, pair[0]))
 
 
+def _idle_pair_times(comm, pair, sizes, reps=7):
+    """((size, seconds), ...) of pair[0] exchanging each size with pair[1] after
+    both have left the link idle for IDLE_S (a shaped link's bucket full again),
+    an 8-byte exchange just before lining the two up (lower quartile of reps);
+    the other ranks wait in the broadcast."""
+    import time
+
+    import numpy as np
+
+    got = None
+    if comm.rank in pair:
+        peer = pair[1] if comm.rank == pair[0] else pair[0]
+        tick, tock = np.ones(8, np.uint8), np.zeros(8, np.uint8)
+        got = []
+        for k in sizes:
+            out, into = np.ones(k, np.uint8), np.zeros(k, np.uint8)
+            walls = []
+            for i in range(reps + 1):
+                time.sleep(IDLE_S)
+                _exchange(comm, tick, peer, tock, peer, 120)
+                t0 = time.perf_counter()
+                _exchange(comm, out, peer, into, peer, 120)
+                if i:
+                    walls.append(time.perf_counter() - t0)
+            got.append((k, sorted(walls)[len(walls) // 4]))
+    return tuple(tuple(x) for x in comm.broadcast_obj(got, pair[0]))
+
+
+def burst_beta(pairs):
+    """s/B of the bytes a full bucket lets through at once: the least-squares slope
+    of time against size over _idle_pair_times' figures."""
+    n = len(pairs)
+    mk = sum(k for k, _ in pairs) / n
+    mt = sum(t for _, t in pairs) / n
+    var = sum((k - mk) ** 2 for k, _ in pairs)
+    return max(0.0, sum((k - mk) * (t - mt) for k, t in pairs) / var) if var else 0.0
+
+
 def hosts_calibration(comm):
     """The simulator's point-to-point figures across namespace hosts (every rank
     calls it; ``bench hosts``'s job with ``"sim": true`` in its spec): the
     exchange between the first two hosts' first ranks per size (β_net per size,
     and the CPU TCP's copies cost: net_cpu), the one between a host's first two
-    ranks (β per size), the machine's cores, which every host shares, and the
-    general path's own work per call (_call_cost)."""
+    ranks (β per size), the machine's cores, which every host shares, the
+    general path's own work per call (_call_cost), and the first two hosts'
+    exchange of messages under a shaped link's burst once it has been idle
+    (β of the bytes a full bucket lets through: burst_beta)."""
     from commrt.collectives.cost import _cores, host_groups
 
     groups = host_groups(comm)
     net = _pair_times(comm, (groups[0][0], groups[1][0]), (8,) + NET_SIZES)
+    burst = _idle_pair_times(comm, (groups[0][0], groups[1][0]), BURST_SIZES)
     local = next(((g[0], g[1]) for g in groups if len(g) > 1), None)
     shm = _pair_times(comm, local, (8,) + BETA_SIZES) if local else ()
-    out = {"net": net, "shm": shm, "cores": _cores(), "call": _call_cost(comm)}
+    out = {"net": net, "shm": shm, "cores": _cores(), "call": _call_cost(comm),
+           "burst": burst}
     n, h = comm.size, len(groups)
     if all(len(g) == len(groups[0]) for g in groups):   # the block placement sim models
         mine = next(g for g in groups if comm.rank in g)
@@ -597,8 +643,8 @@ def replay(files, terms=None):
                 if not hosts:
                     topo = land_topology(topo, algo, p, one_host,
                                          planned(algo, n, k, saved.get("forced_plans")))
-                out["simulated"].append(simulate(topo, schedules.steps_of(
-                    algo, n, max(1, k // 4), ranks_per_node=local), itemsize=4))
+                out["simulated"].append(in_a_loop(topo, schedules.steps_of(
+                    algo, n, max(1, k // 4), ranks_per_node=local)))
     return data
 
 
@@ -638,26 +684,33 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print, params=None)
                 with tempfile.TemporaryDirectory(prefix="commrt-sim-validate-") as tmp:
                     os.chmod(tmp, 0o755)
                     res = run_commrt(h, local, spec, tmp, 600)
-                p = dict(res["params"], sim=res.get("sim"))
+                link = {"rate": _netns.rate_bytes(rate), "burst": _netns.size_bytes(h.burst)}
+                p = dict(res["params"], sim=res.get("sim"), link=link)
                 params[(rate, r)] = p
                 topo = hosts_topology(hosts, local, p)
                 for row in res["rows"]:
                     k, algo = row["bytes"], row["algo"]
                     cell = data.setdefault((rate, algo, k), {"measured": [], "simulated": []})
                     cell["measured"].append(row["time_s"])
-                    cell["simulated"].append(simulate(
+                    cell["simulated"].append(in_a_loop(
                         cell_topology(topo, algo, n, k, FORCED_PLANS),
-                        schedules.steps_of(algo, n, max(1, k // 4), ranks_per_node=local),
-                        itemsize=4))
+                        schedules.steps_of(algo, n, max(1, k // 4), ranks_per_node=local)))
                 log(f"  {rate}: round {r + 1}/{rounds} done")
     return data
 
 
+def in_a_loop(topo, steps_of):
+    """A call's simulated time as the validation's loop of calls sees it: where a
+    token bucket shapes the links, the second of two calls (the first finds
+    every bucket full, a loop's calls find them as the call before left them)."""
+    return simulate(topo, steps_of, itemsize=4, calls=2 if topo.link_rate else 1)
+
+
 HOST_TERMS = ("machine_cores", "net_curve", "net_cpu", "shm_curve", "rendezvous", "call",
-              "busy_shm", "busy_net")
+              "bucket", "busy_shm", "busy_net")
 # those the validation uses: busy_shm and busy_net are measured and kept for
 # comparison (docs/scale.md): neutral and worse (30 of 48 cells against 38)
-DEFAULT_HOST_TERMS = HOST_TERMS[:6]
+DEFAULT_HOST_TERMS = HOST_TERMS[:7]
 
 
 def _curve(pairs, alpha):
@@ -673,7 +726,9 @@ def hosts_topology(hosts, local, p, terms=DEFAULT_HOST_TERMS):
     copies on those cores ("net_cpu": the process time per byte of the leaders'
     exchange, its waiting included), β per size inside a host ("shm_curve");
     messages above the eager limit move once received ("rendezvous"), each
-    call's own work ("call"); and, fitted through the engine to every rank
+    call's own work ("call"), the links' token buckets ("bucket": tc's rate
+    and burst, p["link"], with the β of a burst's bytes measured after the
+    link was idle, burst_beta); and, fitted through the engine to every rank
     exchanging at once, α per size inside a host where the machine's ranks
     outnumber its cores ("busy_shm": every rank with its host's next) and α_net
     and β_net per size ("busy_net": every rank with its place on the next host)."""
@@ -696,6 +751,9 @@ def hosts_topology(hosts, local, p, terms=DEFAULT_HOST_TERMS):
         topo.net_cpu = max(0.0, (big[2] - small[2]) / (big[0] - small[0]))
     if "call" in terms:
         topo.call = sim.get("call", 0.0)
+    if "bucket" in terms and p.get("link") and sim.get("burst"):
+        topo.link_rate, topo.link_burst = p["link"]["rate"], p["link"]["burst"]
+        topo.beta_burst = burst_beta(sim["burst"])
     if "shm_curve" in terms and sim["shm"]:
         topo.alpha_shm = sim["shm"][0][1]
         topo.beta_at = _curve(sim["shm"], sim["shm"][0][1])

@@ -4,6 +4,8 @@ across pretend hosts whose ranks fill hosts in blocks of COMMRT_LOCAL_WORLD_SIZE
     python hosts_rank.py layout HOSTS   host identity, channels, every all-reduce
     python hosts_rank.py traffic DEV    bytes of a large all-reduce leave by DEV
     python hosts_rank.py choice         the model's all-reduce per size, one line
+    python hosts_rank.py burst          ranks 0 and 1: exchanges after the link was idle
+                                        and back to back (sim validate's calibration)
     python hosts_rank.py hello          an all-reduce; rank, size and host, one line
 """
 import os
@@ -80,6 +82,12 @@ def main():
         picks = [cost.choose_allreduce(comm, k) for k in (8, 64 << 10, 16 << 20)]
         p = cost.params(comm)
         say("ok", r, *picks, f"beta_net/beta={p.beta_net / p.beta:.0f}")
+    elif mode == "burst":
+        from commrt.sim import validate
+
+        idle = validate._idle_pair_times(comm, (0, 1), validate.BURST_SIZES)
+        busy = validate._pair_times(comm, (0, 1), (validate.BURST_SIZES[-1],))
+        say("ok", r, idle[-1][1], busy[0][1], validate.burst_beta(idle))
     else:
         x = np.full(3, r + 1, np.int64)
         C.all_reduce(comm, x)

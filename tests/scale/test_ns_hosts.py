@@ -42,6 +42,28 @@ def test_a_slow_network_makes_the_model_pick_hierarchical_for_large_messages(ns_
     assert lines[0].split()[4] == "hierarchical", lines[0]
 
 
+@pytest.mark.timeout(90)
+def test_a_shaped_link_lets_its_burst_through_once_idle(ns_hosts):
+    """tc's token bucket, which the simulator's validation models (engine._Bucket):
+    24 KiB, under the harness's 32 KiB burst, crosses a 100 Mbit/s link idle
+    long enough to refill it far faster than the rate, and back to back (the
+    bucket kept empty) at about the rate; the calibration's β of a burst's
+    bytes (validate.burst_beta) is the unshaped path's, well under 1/rate."""
+    from commrt.sim import validate
+
+    h = ns_hosts(2, rate="100mbit")
+    out = run(h.launch_cmd(1, [RANK, "burst"], timeout=60, env=("COMMRT_IFNAME=cmrt0",)), 80)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = ok_lines(out)
+    assert len(lines) == 2, out.stdout
+    k = validate.BURST_SIZES[-1]
+    at_rate = k / _netns.rate_bytes("100mbit")          # 1.97 ms
+    idle, busy, beta = (float(x) for x in lines[0].split()[2:])
+    assert idle < at_rate / 3, (idle, at_rate)
+    assert busy > 0.7 * at_rate, (busy, at_rate)
+    assert 0 < beta < 1 / _netns.rate_bytes("100mbit") / 3, beta
+
+
 @pytest.mark.timeout(120)
 def test_ifname_moves_the_data_plane_to_the_named_link(ns_hosts):
     h = ns_hosts(2, links=2)

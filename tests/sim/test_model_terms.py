@@ -426,3 +426,97 @@ def _land_both(comm):
     lap()
     assert (b == 7).all(), b[:4]
     return times, float(b[0])
+
+
+RATE, BURST = 1.25e8, 36000     # a 1 Gbit/s link with tc's burst of 36000 bytes
+
+
+def _one_message(nbytes):
+    """A call that sends nbytes from node 0 to node 1 (one rank each)."""
+    return lambda r: [[("send", 1, 0, nbytes)]] if r == 0 else [[("recv", 0, 0, nbytes)]]
+
+
+def _shaped(**kw):
+    return topo(2, 1, beta_net=1 / RATE, link_rate=RATE, link_burst=BURST, **kw)
+
+
+def test_a_full_bucket_lets_its_burst_through_at_once():
+    t = _shaped(beta_burst=1e-10)
+    # under the burst: every byte at the unshaped β
+    assert simulate(t, _one_message(20000), itemsize=1) == pytest.approx(2 * A + 20000e-10)
+    # beyond it: the rest at the rate
+    k = 100000
+    assert simulate(t, _one_message(k), itemsize=1) == pytest.approx(2 * A + (k - BURST) / RATE)
+    # no rate: the measured β alone, as before the bucket
+    plain = topo(2, 1, beta_net=1 / RATE)
+    assert simulate(plain, _one_message(k), itemsize=1) == pytest.approx(2 * A + k / RATE)
+    assert simulate(dataclasses.replace(t, link_burst=0), _one_message(k), itemsize=1) == \
+        simulate(plain, _one_message(k), itemsize=1)
+
+
+def test_a_loop_of_calls_finds_the_bucket_as_the_last_call_left_it():
+    """One message of twice the burst: the first call's bucket is full (B / rate
+    sooner); it ends empty, and refills only during α before the second call's
+    message leaves, so the second takes exactly its bytes at the rate."""
+    t = _shaped()
+    k = 2 * BURST
+    first = simulate(t, _one_message(k), itemsize=1)
+    assert first == pytest.approx(2 * A + BURST / RATE)
+    assert simulate(t, _one_message(k), itemsize=1, calls=2) == pytest.approx(k / RATE)
+    # where the calls leave the link idle long enough, every call finds it full
+    slow = dataclasses.replace(t, call=1e-3)
+    assert simulate(slow, _one_message(k), itemsize=1, calls=3) == \
+        pytest.approx(simulate(slow, _one_message(k), itemsize=1))
+    with pytest.raises(ValueError, match="calls"):
+        simulate(t, _one_message(k), calls=0)
+
+
+def test_the_symmetry_shortcut_keeps_the_bucket_exact():
+    """Rank 0's timeline alone (uniform) and every rank's give the same time with
+    shaped links, one call and a loop's second."""
+    t = dataclasses.replace(_shaped(beta_burst=2e-9), nodes=4)
+    steps = schedules.steps_of("rabenseifner", 4, 1 << 15)
+    for calls in (1, 2):
+        fast = simulate(t, steps, calls=calls)
+        assert fast == pytest.approx(simulate(t, steps, shortcut=False, calls=calls))
+    assert simulate(t, steps, calls=2) > simulate(t, steps)    # the second finds less
+
+
+def test_hosts_topology_takes_the_links_shaping_and_the_bursts_beta():
+    idle = [[8, 20e-6], [8192, 30e-6], [16384, 40e-6], [24576, 50e-6]]
+    assert validate.burst_beta(idle) == pytest.approx(10e-6 / 8192, rel=1e-3)
+    p = dict(_params(2), alpha_net=40e-6, beta_net=8e-9, link={"rate": RATE, "burst": BURST},
+             sim={"cores": 2, "burst": idle, "net": [[8, 50e-6, 20e-6], [1 << 20, 9e-3, 1e-3]],
+                  "shm": [[8, 9e-6, 9e-6], [1 << 16, 30e-6, 30e-6]]})
+    t = validate.hosts_topology(2, 2, p)
+    assert (t.link_rate, t.link_burst) == (RATE, BURST)
+    assert t.beta_burst == pytest.approx(10e-6 / 8192, rel=1e-3)
+    assert validate.hosts_topology(2, 2, p, ()).link_rate is None
+    # a run saved before the calibration measured the burst: no bucket
+    old = dict(p, sim=dict(p["sim"], burst=None))
+    assert validate.hosts_topology(2, 2, old).link_rate is None
+    steps = schedules.steps_of("ring", 4, 1 << 14, ranks_per_node=2)
+    assert validate.in_a_loop(t, steps) == simulate(t, steps, calls=2)
+    assert validate.in_a_loop(validate.hosts_topology(2, 2, old), steps) == \
+        simulate(validate.hosts_topology(2, 2, old), steps)
+
+
+def test_tc_rates_and_sizes_in_bytes():
+    from commrt.bench import _netns
+
+    assert _netns.rate_bytes("1gbit") == 1.25e8 and _netns.rate_bytes("800mbit") == 1e8
+    assert _netns.rate_bytes("125mbps") == 1.25e8
+    assert _netns.size_bytes("36000b") == 36000 and _netns.size_bytes("32kb") == 32768
+    for bad in ("fast", "10", "1gbits"):
+        with pytest.raises(ValueError, match="rate"):
+            _netns.rate_bytes(bad)
+
+
+def test_tokens_never_make_a_message_slower_than_its_measured_beta():
+    """Where the link's rate does not bind (β_net above 1/rate: the CPUs set the
+    time) and the burst's bytes measured slower still, the measured β holds."""
+    t = topo(2, 1, beta_net=2e-9, link_rate=1.25e9, link_burst=BURST, beta_burst=3e-9)
+    plain = topo(2, 1, beta_net=2e-9)
+    for k in (20000, 100000):
+        assert simulate(t, _one_message(k), itemsize=1) == \
+            simulate(plain, _one_message(k), itemsize=1)
