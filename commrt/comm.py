@@ -21,7 +21,8 @@ from commrt import config
 from commrt.errors import CommError, FailureCode
 from commrt.transport._core import ANY_SOURCE, ANY_TAG, Request, Status  # noqa: F401
 from commrt.transport._core import check_timeout  # noqa: F401  (the one timeout rule)
-from commrt.transport._core import COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE
+from commrt.transport._core import (COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE,
+                                   COPY_STREAMED)
 from commrt.transport._core import copy_into
 
 __all__ = ["init", "Communicator", "Request", "Status", "wait_all", "ANY_SOURCE", "ANY_TAG"]
@@ -72,9 +73,11 @@ class Channel:
                                    the root's core copies nothing for them), SENDER
                                    the sender, into buf (a gather's root: its core
                                    copies only its own block), EXCHANGE as RECEIVER
-                                   and with a core per rank from a quarter of the
-                                   single-copy threshold up (half of an exchange:
-                                   an all-to-all's); the same message either way)
+                                   and from the single-copy threshold up read
+                                   whole, never split with the sender's core (half
+                                   of an exchange: an all-to-all's), STREAM
+                                   through the ring at any size; the same message
+                                   either way)
         irecv_reduce(buf, src, tag, meta, hook, meta2, copier=0) -> Request
                                    a receive that combines the message into buf as
                                    it lands with the C loop at hook, and only the
@@ -142,7 +145,8 @@ class Channel:
     copy = staticmethod(copy_into)
 
     # irecv's copier (transport Engine.irecv)
-    RECEIVER, SENDER, EXCHANGE = COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE
+    RECEIVER, SENDER, EXCHANGE, STREAM = (COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE,
+                                          COPY_STREAMED)
 
     def irecv(self, buf, src, tag, copier=0):
         if copier:
@@ -253,9 +257,9 @@ class Communicator:
         posted before the send, so two ranks exchanging never wait on each other."""
         if timeout is not None:
             check_timeout(timeout)
-        # the receive is half of an exchange (this rank sends as it receives): a
-        # large message is read with process_vm_readv from cma_min / 4 up rather
-        # than streamed, which would cost this core two copies per byte
+        # the receive is half of an exchange (this rank sends as it receives): where
+        # ranks share cores it is read, not streamed, at any size, and from cma_min
+        # up it is read whole, not split with the sender's busy core
         rq, sq = self._exchange(sendbuf, dst, recvbuf, src, tag, meta, 0.0, meta2=meta2,
                                 copier=COPY_IN_EXCHANGE)
         try:

@@ -119,7 +119,8 @@ knob("COMMRT_SPIN_US", 50.0, float,
      "Microseconds a waiter spins before it sleeps, at least (see COMMRT_OVERSUB_SPIN_US).")
 knob("COMMRT_OVERSUB_SPIN_US", 50.0, float,
      "Microseconds a waiter spins, yielding the core at every pass, before it sleeps, when a "
-     "host's ranks outnumber its cores.")
+     "host's ranks outnumber its cores (those their affinity masks hold together: ranks each "
+     "pinned to a core of their own are not outnumbering them).")
 knob("COMMRT_OVERSUB_SPIN_MAX_US", 250.0, float,
      "Where a host's ranks outnumber its cores: the largest spin a prepared collective's step "
      "learns when its answers keep arriving just after its waiter fell asleep (each step "

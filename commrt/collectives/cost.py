@@ -151,8 +151,14 @@ class Params:
 
 
 def _cores():
-    """Cores the job's ranks share: the affinity mask, unless it is one core (a rank
-    pinned to its own core still shares the host's cores with the others)."""
+    """Cores the job's ranks on this host share: the union of their affinity masks
+    as the transport found them (connect.host_cores); before any job, this
+    rank's mask, unless it is one core (a rank pinned to its own core still
+    shares the host's cores with the others)."""
+    from commrt.transport.connect import host_cores
+
+    if host_cores():
+        return host_cores()
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -460,20 +466,19 @@ def exchange_half(chan, cache, who, recv_nbytes, send_nbytes):
     """The copier of a receive that is half of an exchange with one peer (it gets
     recv_nbytes while we send it send_nbytes), given its copier who as the
     receive alone would have it.  With a core per rank the transport reads an
-    exchange's half from a quarter of the single-copy threshold up and streams
-    the smaller (shm.pxi read_early): unequal halves on either side of that
-    size would be copied one each way, the read waiting on a core that also
-    streams (all_gatherv N = 2, blocks 512 KiB and 4 B less: 74-83 us, against
-    56-58 both read and ~40 both streamed).  Both are streamed then: 0, the
-    transport's choice, which streams both below the threshold."""
+    exchange's half from the single-copy threshold up and streams the smaller:
+    unequal halves on either side of it would be copied one each way, the
+    read waiting on a core that also streams (all_gatherv N = 2, blocks of 2
+    MiB and 4 B less: 397-400 us, against 326-354 both 2 MiB read and 326-362
+    both 4 B less streamed; at 512 KiB, when that was the threshold of an
+    exchange's half: 74-83 against 56-58 and ~40).  Both stream then
+    (Channel.STREAM)."""
     from commrt.comm import Channel
 
     if who != Channel.EXCHANGE or _crowded(chan, cache):
         return who
-    big, read_from = max(recv_nbytes, send_nbytes), chan.cma_min // 4
-    if big >= chan.cma_min or min(recv_nbytes, send_nbytes) >= read_from or big < read_from:
-        return who
-    return 0
+    small, big = sorted((recv_nbytes, send_nbytes))
+    return Channel.STREAM if small < chan.cma_min <= big else who
 
 
 def _pairs(groups):

@@ -194,17 +194,18 @@ cdef class Request:
 COPY_BY_RECEIVER = COPIER_RECEIVER    # irecv(copier=...): who copies a large shm message
 COPY_BY_SENDER = COPIER_SENDER        # (commrt.comm.Channel's RECEIVER, SENDER, EXCHANGE)
 COPY_IN_EXCHANGE = COPIER_EXCHANGE
+COPY_STREAMED = COPIER_STREAM
 
 
-COPIERS = (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER, COPIER_EXCHANGE)
+COPIERS = (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER, COPIER_EXCHANGE, COPIER_STREAM)
 
 
 cdef inline int check_copier(int copier) except -1:
     """The check of a receive's copier (irecv, irecv_reduce; a chain message's
     is part of its format, make_chain)."""
     if copier not in COPIERS:
-        raise ValueError(f"copier must be 0, 1 (receiver), 2 (sender) or 3 (exchange), "
-                         f"got {copier}")
+        raise ValueError(f"copier must be 0, 1 (receiver), 2 (sender), 3 (exchange) or "
+                         f"4 (stream), got {copier}")
     return 0
 
 
@@ -350,6 +351,13 @@ cdef class Engine:
         receive leaves the copier to the transport (COMMRT_CMA_MIN_BYTES, auto
         resolved); smaller ones above the eager limit stream through the ring."""
         return self._live().cma_min
+
+    @property
+    def oversubscribed(self):
+        """Whether this host's ranks of the job outnumber the cores they may run on
+        (connect.build_engine): waiters yield and sleep soon, large messages
+        are read earlier."""
+        return bool(self._live().oversub)
 
     @property
     def credit_bytes(self):
@@ -557,9 +565,10 @@ cdef class Engine:
         copying; read by this rank from there up), COPIER_RECEIVER (1) this
         rank reads it from the sender's buffer at any size where ranks share
         cores, COPIER_SENDER (2) the sender writes it into buf,
-        COPIER_EXCHANGE (3) as 1, and with a core per rank from a quarter of
-        COMMRT_CMA_MIN_BYTES up (this receive is half of an exchange: the
-        rank's core also streams what it sends).  Other channels ignore it."""
+        COPIER_EXCHANGE (3) as 1, and from COMMRT_CMA_MIN_BYTES up read whole,
+        never split with the sender's core (this receive is half of an
+        exchange: that core has its own half to copy), COPIER_STREAM (4)
+        streamed through the ring at any size.  Other channels ignore it."""
         if src != -1:
             self._check_rank(src, "src")
         if tag < -1:

@@ -109,7 +109,10 @@ SHM_POPULATE_BYTES = 16 << 20
 
 def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="127.0.0.1",
                  timeout=60.0, generation=0):
-    """Connect this rank to every other one and return (started Engine, MeshPlan)."""
+    """Connect this rank to every other one and return (started Engine, MeshPlan).
+    Its ranks on this host are oversubscribed where they outnumber the cores
+    their affinity masks hold together (host_cpus)."""
+    global _host_cores
     mode = config.get("COMMRT_TRANSPORT")
     if mode not in ("auto", "shm", "tcp"):
         raise ValueError(f"COMMRT_TRANSPORT must be auto, shm or tcp, got {mode!r}")
@@ -118,31 +121,18 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
                          f" (to stop blaming silent peers set COMMRT_LIVENESS_TIMEOUT_S=0)")
     streams = tcp_streams()
     _check_fd_limit(rank, size, local_size, streams)
-    ncpu = len(os.sched_getaffinity(0))
-    oversub = local_size > ncpu
-    spin_us = config.get("COMMRT_SPIN_US")
-    if oversub:                               # others need the core: yield, then sleep
-        spin_us = config.get("COMMRT_OVERSUB_SPIN_US")
-    engine = _core.Engine(rank, size, eager_limit=config.get("COMMRT_EAGER_LIMIT"),
-                          spin_us=spin_us, spin_max_us=config.get("COMMRT_SPIN_MAX_US"),
-                          oversubscribed=oversub,
-                          oversub_spin_max_us=config.get("COMMRT_OVERSUB_SPIN_MAX_US"),
-                          progress_delay_us=config.get("COMMRT_PROGRESS_DELAY_US"),
-                          cma_min_bytes=cma_min_bytes(oversub),
-                          chunk=config.get("COMMRT_SHM_CHUNK_BYTES"),
-                          timeout=config.get("COMMRT_TIMEOUT"),
-                          credit_bytes=config.get("COMMRT_UNEXPECTED_BYTES"),
-                          heartbeat_s=config.get("COMMRT_HEARTBEAT_S"),
-                          liveness_timeout_s=config.get("COMMRT_LIVENESS_TIMEOUT_S"))
-    engine.shm_populate = (local_size - 1) * _core.shm_segment_bytes(_ring_bytes()) \
-        <= SHM_POPULATE_BYTES
+    mine = os.sched_getaffinity(0)
     prefix = f"commrt/mesh/{generation}"
     deadline = time.monotonic() + timeout
     with _Listeners(bind_addr) as listeners:
         me = {"host": host_id, "pid": os.getpid(), "tcp": listeners.tcp_addr,
-              "unix": listeners.unix_name.hex(), "streams": streams}
+              "unix": listeners.unix_name.hex(), "streams": streams, "cpus": cpu_list(mine)}
         store.set(f"{prefix}/addr/{rank}", json.dumps(me).encode())
         addrs = _gather_addresses(store, prefix, rank, size, deadline)
+        _host_cores = len(host_cpus(addrs, host_id, mine))
+        engine = _new_engine(rank, size, local_size > _host_cores)
+        engine.shm_populate = (local_size - 1) * _core.shm_segment_bytes(_ring_bytes()) \
+            <= SHM_POPULATE_BYTES
         plan = MeshPlan(rank, size, addrs)
         kinds = {r: plan.kind_to(r, mode) for r in range(size) if r != rank}
         # extra TCP streams of each TCP pair: both sides take the smaller count
@@ -164,6 +154,76 @@ def build_engine(rank, size, store, secret, *, host_id, local_size, bind_addr="1
             raise
     engine.start(progress_thread=config.get("COMMRT_PROGRESS_THREAD"))
     return engine, plan
+
+
+def _new_engine(rank, size, oversub):
+    spin_us = config.get("COMMRT_SPIN_US")
+    if oversub:                               # others need the core: yield, then sleep
+        spin_us = config.get("COMMRT_OVERSUB_SPIN_US")
+    return _core.Engine(rank, size, eager_limit=config.get("COMMRT_EAGER_LIMIT"),
+                        spin_us=spin_us, spin_max_us=config.get("COMMRT_SPIN_MAX_US"),
+                        oversubscribed=oversub,
+                        oversub_spin_max_us=config.get("COMMRT_OVERSUB_SPIN_MAX_US"),
+                        progress_delay_us=config.get("COMMRT_PROGRESS_DELAY_US"),
+                        cma_min_bytes=cma_min_bytes(oversub),
+                        chunk=config.get("COMMRT_SHM_CHUNK_BYTES"),
+                        timeout=config.get("COMMRT_TIMEOUT"),
+                        credit_bytes=config.get("COMMRT_UNEXPECTED_BYTES"),
+                        heartbeat_s=config.get("COMMRT_HEARTBEAT_S"),
+                        liveness_timeout_s=config.get("COMMRT_LIVENESS_TIMEOUT_S"))
+
+
+# Cores this host's ranks of the last job built may run on (host_cpus), None before.
+_host_cores = None
+
+
+def host_cores():
+    """How many cores this host's ranks of the job may run on: the union of their
+    affinity masks, as the last mesh built found them (None before any).  Not
+    one rank's own mask: a launcher that pins each rank to a core of its own
+    (mpirun's default at 2 ranks, srun --cpu-bind=cores) leaves every mask one
+    core wide, and the ranks are not then sharing one."""
+    return _host_cores
+
+
+def cpu_list(cpus):
+    """A set of CPU numbers as Linux writes a cpulist ("0-3,8,10-11")."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def parse_cpu_list(text):
+    """The set of CPU numbers of a cpulist ("0-3,8"); ValueError on anything else."""
+    cpus = set()
+    for part in filter(None, str(text).split(",")):
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi) if hi else int(lo)
+        if first < 0 or last < first:
+            raise ValueError(f"cpulist {text!r}: bad range {part!r}")
+        cpus.update(range(first, last + 1))
+    return cpus
+
+
+def host_cpus(addrs, host_id, mine):
+    """The CPUs the job's ranks on host_id may run on: the union of their masks
+    (each rank's address record), this rank's own where a record has none."""
+    cpus = set(mine)
+    for rec in addrs.values():
+        if rec.get("host") == host_id and rec.get("cpus"):
+            try:
+                cpus |= parse_cpu_list(rec["cpus"])
+            except ValueError:
+                pass
+    return cpus
 
 
 FDS_BASE = 32               # epoll sets, eventfds, listeners, store, a rank's own files
