@@ -61,6 +61,8 @@ class Channel:
         cma_min                    the transport's single-copy threshold (a receive
                                    with copier 0 reads from this size, streams below);
                                    Channel.default_cma_min(crowded) without one
+        exchange_read_min          from this size a receive with copier EXCHANGE
+                                   reads (0 where ranks share cores, else 2 cma_min)
         parent                     the channel of the communicator this one was
                                    derived from, or None (cost parameters are shared)
         isend(buf, dst, tag, meta, meta2) -> Request   (meta, meta2: the two header
@@ -73,9 +75,9 @@ class Channel:
                                    the root's core copies nothing for them), SENDER
                                    the sender, into buf (a gather's root: its core
                                    copies only its own block), EXCHANGE as RECEIVER
-                                   and from the single-copy threshold up read
-                                   whole, never split with the sender's core (half
-                                   of an exchange: an all-to-all's), STREAM
+                                   and from exchange_read_min up read whole, never
+                                   split with the sender's core (half of an
+                                   exchange: an all-to-all's), STREAM
                                    through the ring at any size; the same message
                                    either way)
         irecv_reduce(buf, src, tag, meta, hook, meta2, copier=0) -> Request
@@ -126,6 +128,12 @@ class Channel:
         """The transport's single-copy threshold (Engine.cma_min): from this size a
         shared-memory message whose receive leaves the copier to it is read."""
         return self._coll._engine.cma_min
+
+    @property
+    def exchange_read_min(self):
+        """From this size a receive whose copier is EXCHANGE is read, whole
+        (Engine.exchange_read_min: any size where ranks share cores)."""
+        return self._coll._engine.exchange_read_min
 
     @staticmethod
     def default_cma_min(crowded):
@@ -258,8 +266,9 @@ class Communicator:
         if timeout is not None:
             check_timeout(timeout)
         # the receive is half of an exchange (this rank sends as it receives): where
-        # ranks share cores it is read, not streamed, at any size, and from cma_min
-        # up it is read whole, not split with the sender's busy core
+        # ranks share cores it is read, not streamed, at any size, and with a core
+        # per rank from exchange_read_min up, whole, not split with the sender's
+        # busy core
         rq, sq = self._exchange(sendbuf, dst, recvbuf, src, tag, meta, 0.0, meta2=meta2,
                                 copier=COPY_IN_EXCHANGE)
         try:

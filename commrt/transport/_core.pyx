@@ -353,6 +353,14 @@ cdef class Engine:
         return self._live().cma_min
 
     @property
+    def exchange_read_min(self):
+        """Smallest shared-memory message a receive with copier COPIER_EXCHANGE
+        reads with process_vm_readv (shm.pxi read_min): any where ranks are
+        oversubscribed, else twice cma_min."""
+        E = self._live()
+        return 0 if E.oversub else 2 * E.cma_min
+
+    @property
     def oversubscribed(self):
         """Whether this host's ranks of the job outnumber the cores they may run on
         (connect.build_engine): waiters yield and sleep soon, large messages
@@ -565,10 +573,11 @@ cdef class Engine:
         copying; read by this rank from there up), COPIER_RECEIVER (1) this
         rank reads it from the sender's buffer at any size where ranks share
         cores, COPIER_SENDER (2) the sender writes it into buf,
-        COPIER_EXCHANGE (3) as 1, and from COMMRT_CMA_MIN_BYTES up read whole,
-        never split with the sender's core (this receive is half of an
-        exchange: that core has its own half to copy), COPIER_STREAM (4)
-        streamed through the ring at any size.  Other channels ignore it."""
+        COPIER_EXCHANGE (3) as 1, and with a core per rank from
+        exchange_read_min up, whole, never split with the sender's core (this
+        receive is half of an exchange: that core has its own half to copy),
+        COPIER_STREAM (4) streamed through the ring at any size.  Other
+        channels ignore it."""
         if src != -1:
             self._check_rank(src, "src")
         if tag < -1:

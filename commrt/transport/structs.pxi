@@ -162,9 +162,10 @@ cdef struct req_t:
     #   COPIER_RECEIVER: this rank reads it from the sender's buffer whatever
     #     its size where ranks share cores (a scatter's receivers: the root's
     #     core copies nothing for them)
-    #   COPIER_EXCHANGE: the same, and from cma_min up never split: half of
-    #     an exchange, in which the sender's core has its own half to copy (an
-    #     all-to-all's, an all-gather's receives)
+    #   COPIER_EXCHANGE: the same, and with a core per rank read from 2 *
+    #     cma_min, never split: half of an exchange, in which the sender's core
+    #     has its own half to copy (an all-to-all's, an all-gather's receives;
+    #     shm.pxi read_min)
     #   COPIER_STREAM: streamed through the ring whatever its size (both halves
     #     of an exchange whose sizes straddle cma_min: cost.exchange_half)
     #   COPIER_SENDER: the sender writes it into this buffer (a gather's root:

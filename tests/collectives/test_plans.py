@@ -171,27 +171,31 @@ def _sibling_copier(kind, algo, nbytes, crowded, cma_min):
     return Channel.SENDER if written else Channel.EXCHANGE
 
 
-@pytest.mark.parametrize("kind, algo, straddling", [("all_gatherv", "direct", 524287),
-                                                    ("all_gatherv", "ring", 524287),
-                                                    ("all_to_allv", "pairwise", 524286)])
+@pytest.mark.parametrize("kind, algo, straddling", [("all_gatherv", "direct", 1048575),
+                                                    ("all_gatherv", "ring", 1048575),
+                                                    ("all_to_allv", "pairwise", 1048574)])
 def test_unequal_exchange_halves_across_the_read_threshold_both_stream(kind, algo, straddling):
-    """N = 2: the two blocks of each exchange, 2 MiB - 4 B and 2 MiB, sit on
-    either side of the size from which an exchange's half is read (the
-    single-copy threshold, with a core per rank).  Both halves stream then
-    (copier STREAM: cost.exchange_half), on the plan and the general path,
-    rather than one read while the other streams; blocks of about 2.4 MB,
-    both past it, are both read.  Outputs checked against NumPy (P._vcall's
+    """N = 2: the two blocks of each exchange, 4 MiB - 4 B and 4 MiB, sit on
+    either side of the size from which an exchange's half is read (twice the
+    single-copy threshold, with a core per rank: Channel.exchange_read_min).
+    Both halves stream then (copier STREAM: cost.exchange_half), on the plan
+    and the general path, rather than one read while the other streams;
+    blocks of about 4.8 MB, both past it, are both read.  Outputs checked against NumPy (P._vcall's
     blocks: n + q elements, all_to_allv's n + (s + 2d) % 3)."""
     from commrt.collectives.cost import _cores
     from commrt.comm import Channel
 
     crowded = 2 > _cores()
     with World(2, transport="shm", env=ENV, timeout=120) as w:
-        for n, straddles in ((straddling, True), (600_000, False)):
+        # straddling; both past the threshold (read); both between the single-copy
+        # threshold and it (an exchange's halves stream there, a lone message's not)
+        for n, straddles in ((straddling, True), (1_200_000, False), (786_432, False)):
             res = w.run(P.v_copies, kind, algo, n, 0)
             cma_min = res[0][3]
             sizes = sorted(_v_block_bytes(kind, n, src, 1 - src) for src in (0, 1))
-            assert (sizes[0] < cma_min <= sizes[1]) == straddles, (sizes, cma_min)
+            read_from = 0 if crowded else 2 * cma_min
+            assert (sizes[0] < read_from <= sizes[1]) == straddles, (sizes, cma_min)
+            streams = not crowded and (straddles or sizes[1] < read_from)
             for dst, (_, has_plan, copiers, _) in enumerate(res):
                 want = Channel.STREAM if straddles and not crowded else Channel.EXCHANGE
                 assert has_plan and copiers == {1 - dst: want}, (n, dst, copiers)
@@ -199,8 +203,7 @@ def test_unequal_exchange_halves_across_the_read_threshold_both_stream(kind, alg
                 for per_call in seen:           # the plan's call, the general one's
                     pushes, hdr, msgs = per_call[1 - src]
                     streamed = hdr >= msgs * 5 * 64      # a header per 64 KiB chunk
-                    assert pushes == 0 and streamed == (straddles and not crowded), \
-                        (n, src, per_call)
+                    assert pushes == 0 and streamed == streams, (n, src, per_call)
 
 
 V_ALGOS = [("scatterv", "linear"), ("gatherv", "linear"), ("all_gatherv", "direct"),
@@ -243,7 +246,7 @@ def test_variable_size_collectives_copy_as_their_fixed_size_siblings(env):
                         who = res[q][2][src]
                         nbytes = _v_block_bytes(kind, n, src, q)
                         streamed = hdr >= msgs * 5 * 64
-                        reads = crowded or nbytes >= cma_min
+                        reads = crowded or nbytes >= 2 * cma_min
                         if env:
                             assert pushes == 0 and streamed, (kind, n, src, q, seen)
                         elif who == Channel.SENDER:

@@ -10,9 +10,9 @@ single-copy threshold (SENDER: N = 4 on 2 cores, freshly written, 1 MiB
 256-275; cost.written_where_crowded); its receiver reads it from there up
 (EXCHANGE: whole, never split with its sender's core, which has its own
 block to copy; reading took N = 4 1 MiB 487 -> 424 us against streaming).
-With a core per rank a block below the threshold streams, both cores
+With a core per rank a block below twice the threshold streams, both cores
 copying (N = 2, 1 MiB, pinned: 92 -> 57 us against reading it, 2026-12-07;
-transport/shm.pxi read_early).
+Channel.exchange_read_min, transport/shm.pxi read_min).
 Cost: (N-1)·(α + |block|·β), the messages in flight together.
 Bytes sent per rank: (N-1)·|block|.
 """
