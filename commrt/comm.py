@@ -21,8 +21,7 @@ from commrt import config
 from commrt.errors import CommError, FailureCode
 from commrt.transport._core import ANY_SOURCE, ANY_TAG, Request, Status  # noqa: F401
 from commrt.transport._core import check_timeout  # noqa: F401  (the one timeout rule)
-from commrt.transport._core import (COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE,
-                                   COPY_STREAMED)
+from commrt.transport._core import COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE
 from commrt.transport._core import copy_into
 
 __all__ = ["init", "Communicator", "Request", "Status", "wait_all", "ANY_SOURCE", "ANY_TAG"]
@@ -61,8 +60,6 @@ class Channel:
         cma_min                    the transport's single-copy threshold (a receive
                                    with copier 0 reads from this size, streams below);
                                    Channel.default_cma_min(crowded) without one
-        exchange_read_min          from this size a receive with copier EXCHANGE
-                                   reads (0 where ranks share cores, else 2 cma_min)
         parent                     the channel of the communicator this one was
                                    derived from, or None (cost parameters are shared)
         isend(buf, dst, tag, meta, meta2) -> Request   (meta, meta2: the two header
@@ -75,11 +72,9 @@ class Channel:
                                    the root's core copies nothing for them), SENDER
                                    the sender, into buf (a gather's root: its core
                                    copies only its own block), EXCHANGE as RECEIVER
-                                   and from exchange_read_min up read whole, never
-                                   split with the sender's core (half of an
-                                   exchange: an all-to-all's), STREAM
-                                   through the ring at any size; the same message
-                                   either way)
+                                   and with a core per rank from a quarter of the
+                                   single-copy threshold up (half of an exchange:
+                                   an all-to-all's); the same message either way)
         irecv_reduce(buf, src, tag, meta, hook, meta2, copier=0) -> Request
                                    a receive that combines the message into buf as
                                    it lands with the C loop at hook, and only the
@@ -129,12 +124,6 @@ class Channel:
         shared-memory message whose receive leaves the copier to it is read."""
         return self._coll._engine.cma_min
 
-    @property
-    def exchange_read_min(self):
-        """From this size a receive whose copier is EXCHANGE is read, whole
-        (Engine.exchange_read_min: any size where ranks share cores)."""
-        return self._coll._engine.exchange_read_min
-
     @staticmethod
     def default_cma_min(crowded):
         """The threshold the transport would set on a host whose ranks outnumber
@@ -153,8 +142,7 @@ class Channel:
     copy = staticmethod(copy_into)
 
     # irecv's copier (transport Engine.irecv)
-    RECEIVER, SENDER, EXCHANGE, STREAM = (COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE,
-                                          COPY_STREAMED)
+    RECEIVER, SENDER, EXCHANGE = COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE
 
     def irecv(self, buf, src, tag, copier=0):
         if copier:
@@ -265,10 +253,9 @@ class Communicator:
         posted before the send, so two ranks exchanging never wait on each other."""
         if timeout is not None:
             check_timeout(timeout)
-        # the receive is half of an exchange (this rank sends as it receives): where
-        # ranks share cores it is read, not streamed, at any size, and with a core
-        # per rank from exchange_read_min up, whole, not split with the sender's
-        # busy core
+        # the receive is half of an exchange (this rank sends as it receives): a
+        # large message is read with process_vm_readv from cma_min / 4 up rather
+        # than streamed, which would cost this core two copies per byte
         rq, sq = self._exchange(sendbuf, dst, recvbuf, src, tag, meta, 0.0, meta2=meta2,
                                 copier=COPY_IN_EXCHANGE)
         try:

@@ -466,19 +466,20 @@ def exchange_half(chan, cache, who, recv_nbytes, send_nbytes):
     """The copier of a receive that is half of an exchange with one peer (it gets
     recv_nbytes while we send it send_nbytes), given its copier who as the
     receive alone would have it.  With a core per rank the transport reads an
-    exchange's half from Channel.exchange_read_min up and streams the smaller:
-    unequal halves on either side of it would be copied one each way, the
-    read waiting on a core that also streams (all_gatherv N = 2, blocks of 2
-    MiB and 4 B less, when that was the threshold: 397-400 us, against
-    326-354 both 2 MiB read and 326-362 both 4 B less streamed; at 512 KiB,
-    the threshold before: 74-83 against 56-58 and ~40).  Both stream then
-    (Channel.STREAM)."""
+    exchange's half from a quarter of the single-copy threshold up and streams
+    the smaller (shm.pxi read_early): unequal halves on either side of that
+    size would be copied one each way, the read waiting on a core that also
+    streams (all_gatherv N = 2, blocks 512 KiB and 4 B less: 74-83 us, against
+    56-58 both read and ~40 both streamed).  Both are streamed then: 0, the
+    transport's choice, which streams both below the threshold."""
     from commrt.comm import Channel
 
     if who != Channel.EXCHANGE or _crowded(chan, cache):
         return who
-    small, big = sorted((recv_nbytes, send_nbytes))
-    return Channel.STREAM if small < chan.exchange_read_min <= big else who
+    big, read_from = max(recv_nbytes, send_nbytes), chan.cma_min // 4
+    if big >= chan.cma_min or min(recv_nbytes, send_nbytes) >= read_from or big < read_from:
+        return who
+    return 0
 
 
 def _pairs(groups):

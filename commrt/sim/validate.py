@@ -69,8 +69,8 @@ def _exchange(comm, out, dst, into, src, timeout):
     """One step of an exchange as the schedules' plain receives make it: the
     receive posted, then the send, both waited for, the transport choosing
     who copies (comm.sendrecv reads half of an exchange with
-    process_vm_readv at any size where ranks share cores; the collectives'
-    exchanges say themselves)."""
+    process_vm_readv from a quarter of COMMRT_CMA_MIN_BYTES up; the
+    collectives' exchanges say themselves)."""
     rq = comm.irecv(into, src)
     sq = comm.isend(out, dst)
     rq.wait(timeout)

@@ -194,18 +194,17 @@ cdef class Request:
 COPY_BY_RECEIVER = COPIER_RECEIVER    # irecv(copier=...): who copies a large shm message
 COPY_BY_SENDER = COPIER_SENDER        # (commrt.comm.Channel's RECEIVER, SENDER, EXCHANGE)
 COPY_IN_EXCHANGE = COPIER_EXCHANGE
-COPY_STREAMED = COPIER_STREAM
 
 
-COPIERS = (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER, COPIER_EXCHANGE, COPIER_STREAM)
+COPIERS = (COPIER_AUTO, COPIER_RECEIVER, COPIER_SENDER, COPIER_EXCHANGE)
 
 
 cdef inline int check_copier(int copier) except -1:
     """The check of a receive's copier (irecv, irecv_reduce; a chain message's
     is part of its format, make_chain)."""
     if copier not in COPIERS:
-        raise ValueError(f"copier must be 0, 1 (receiver), 2 (sender), 3 (exchange) or "
-                         f"4 (stream), got {copier}")
+        raise ValueError(f"copier must be 0, 1 (receiver), 2 (sender) or 3 (exchange), "
+                         f"got {copier}")
     return 0
 
 
@@ -351,14 +350,6 @@ cdef class Engine:
         receive leaves the copier to the transport (COMMRT_CMA_MIN_BYTES, auto
         resolved); smaller ones above the eager limit stream through the ring."""
         return self._live().cma_min
-
-    @property
-    def exchange_read_min(self):
-        """Smallest shared-memory message a receive with copier COPIER_EXCHANGE
-        reads with process_vm_readv (shm.pxi read_min): any where ranks are
-        oversubscribed, else twice cma_min."""
-        E = self._live()
-        return 0 if E.oversub else 2 * E.cma_min
 
     @property
     def oversubscribed(self):
@@ -573,11 +564,9 @@ cdef class Engine:
         copying; read by this rank from there up), COPIER_RECEIVER (1) this
         rank reads it from the sender's buffer at any size where ranks share
         cores, COPIER_SENDER (2) the sender writes it into buf,
-        COPIER_EXCHANGE (3) as 1, and with a core per rank from
-        exchange_read_min up, whole, never split with the sender's core (this
-        receive is half of an exchange: that core has its own half to copy),
-        COPIER_STREAM (4) streamed through the ring at any size.  Other
-        channels ignore it."""
+        COPIER_EXCHANGE (3) as 1, and with a core per rank from a quarter of
+        COMMRT_CMA_MIN_BYTES up (this receive is half of an exchange: the
+        rank's core also streams what it sends).  Other channels ignore it."""
         if src != -1:
             self._check_rank(src, "src")
         if tag < -1:

@@ -571,7 +571,7 @@ cdef ExchangeChain make_chain(Engine eng, steps, tmp, int64_t count, uint32_t ct
                     or msg[8] not in COPIERS \
                     or (msg[8] and msg[0] != M_RECV) or msg[9] < -1:
                 raise ValueError(f"a chain message is (kind 0 recv/1 send/2 copy, peer, where "
-                                 f"0/1/2, off, len, rhook[, src_where, src_off[, copier 0-4 "
+                                 f"0/1/2, off, len, rhook[, src_where, src_off[, copier 0-3 "
                                  f"(recv only)[, tag (-1: the chain's)]]]), got {msg!r}")
             if msg[0] != M_COPY:
                 eng._check_rank(msg[1], "dst" if msg[0] == M_SEND else "src")

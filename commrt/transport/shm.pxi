@@ -19,12 +19,9 @@
 # sender streams DATA chunks through the ring (two copies, pipelined).
 #
 # Who copies is the receive's choice (req_t.copier) where the layer above
-# knows better than the size: COPIER_RECEIVER and COPIER_EXCHANGE read with
-# process_vm_readv at any size where ranks share cores, and with a core per
-# rank RECEIVER from cma_min up as any receive, EXCHANGE from 2 * cma_min,
-# never split (the sender's core has its own half of the exchange to copy:
-# read_min); COPIER_STREAM never reads;
-# COPIER_SENDER has the sender write with
+# knows better than the size: COPIER_RECEIVER reads with process_vm_readv at
+# any size where ranks share cores, COPIER_EXCHANGE also from cma_min / 4 up
+# with a core each (read_early); COPIER_SENDER has the sender write with
 # process_vm_writev (a gather's root: its core then copies only its own block
 # while the senders write theirs).  A push must never land once the receive has failed (its
 # buffer may be freed and reused), so it goes through a push slot in the
@@ -427,27 +424,19 @@ cdef void shm_disarm(eng_t *E, peer_t *p, req_t *r) noexcept nogil:
         cpu_relax()
 
 
-cdef inline uint64_t read_min(eng_t *E, req_t *r) noexcept nogil:
-    """The smallest message a receive reads with process_vm_readv (the copier's
-    rule; below it the message streams through the ring): cma_min for the
-    transport's own choice; 0 where ranks share cores and the copier is the
-    receiver or it is half of an exchange (a stream cannot use two cores at
-    once then); with a core per rank an exchange's half from 2 * cma_min.  A
-    stream pipelines over both cores and wins below cma_min, one way (a
-    broadcast of 1 MiB at N = 2: 88 us streamed, 128 read) and, further, in
-    an exchange, though each core then copies twice per byte where a read
-    copies once (2026-12-07, N = 2, each rank pinned to its core, freshly
-    written blocks, the exchange and the own block's copy, medians of 11-12
-    alternated: 512 KiB 57 streamed / 86 read, 1 MiB 125 / 164, 2 MiB 256 /
-    314-334; 4 MiB 874-1033 / 736-910, 8 MiB 2167-2330 / 1775-1996: there
-    the read wins).  From 2026-12-04 to then an exchange's half was read
-    from cma_min / 4 up."""
-    if r.copier == COPIER_EXCHANGE or r.copier == COPIER_RECEIVER:
-        if E.oversub:
-            return 0
+cdef inline bint read_early(eng_t *E, req_t *r, uint64_t nbytes) noexcept nogil:
+    """Whether a receive reads a message below cma_min: where ranks share cores
+    when its copier is the receiver (a stream cannot use two cores at once
+    then), and with a core per rank too from cma_min / 4 up when it is half
+    of an exchange (its core also streams what it sends: a stream costs it
+    two copies per byte, a read one).  A one-way stream of freshly written
+    data pipelines over two cores and wins below cma_min (a broadcast of
+    1 MiB at N = 2: 88 us streamed, 128 read); an exchange's from 512 KiB
+    blocks (all-to-all 1 MiB at N = 2: 85 streamed, 69 read; 128 KiB: 9.5
+    and 10.3)."""
     if r.copier == COPIER_EXCHANGE:
-        return 2 * E.cma_min
-    return E.cma_min
+        return E.oversub or nbytes >= E.cma_min // 4
+    return r.copier == COPIER_RECEIVER and E.oversub
 
 
 # A large one-way message: one copy split between two cores.  Beyond the cache a
@@ -518,18 +507,16 @@ cdef bint shm_pull(eng_t *E, peer_t *p, req_t *r, hdr_t *h) noexcept nogil:
     whose copier is the sender, where ranks have a core each, always (the
     sender's core then copies while ours combines: a binomial reduce of 16 MiB
     at N = 2 took 1220 us streamed, 1640 read and combined here).  Read from
-    the copier's read_min up."""
+    cma_min up, or below where the receive's copier says so (read_early)."""
     cdef int rc
     cdef uint64_t done = 0
-    if r.copier == COPIER_STREAM:
-        return False
     if r.copier == COPIER_SENDER and p.cma_ok:
         if r.hook == NULL:
             if shm_arm_push(E, p, r, h, 0):
                 return True
         elif not E.oversub:
             return False                    # stream: the sender's core copies, ours combines
-    if not p.cma_ok or h.nbytes < read_min(E, r):
+    if not p.cma_ok or (h.nbytes < E.cma_min and not read_early(E, r, h.nbytes)):
         return False
     if split_ok(E, p, r, h) and shm_split_read(E, p, r, h):
         return True

@@ -44,7 +44,6 @@ cdef enum:
     COPIER_RECEIVER = 1
     COPIER_SENDER = 2
     COPIER_EXCHANGE = 3
-    COPIER_STREAM = 4
 
 cdef enum:
     OP_EAGER = 1
@@ -162,12 +161,9 @@ cdef struct req_t:
     #   COPIER_RECEIVER: this rank reads it from the sender's buffer whatever
     #     its size where ranks share cores (a scatter's receivers: the root's
     #     core copies nothing for them)
-    #   COPIER_EXCHANGE: the same, and with a core per rank read from 2 *
-    #     cma_min, never split: half of an exchange, in which the sender's core
-    #     has its own half to copy (an all-to-all's, an all-gather's receives;
-    #     shm.pxi read_min)
-    #   COPIER_STREAM: streamed through the ring whatever its size (both halves
-    #     of an exchange whose sizes straddle cma_min: cost.exchange_half)
+    #   COPIER_EXCHANGE: the same, and with a core per rank from cma_min / 4
+    #     up: half of an exchange, in which this rank's core also streams what
+    #     it sends (an all-to-all's, an all-gather's receives)
     #   COPIER_SENDER: the sender writes it into this buffer (a gather's root:
     #     its core copies only its own block, the senders theirs), shm.pxi's
     #     push slots keeping the write from ever landing after the receive failed;

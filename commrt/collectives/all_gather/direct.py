@@ -10,10 +10,8 @@ shared memory each block moves in one copy (``copier``): where ranks
 outnumber cores its sender writes it below the single-copy threshold
 (SENDER: N = 4 on 2 cores, freshly written, 256 KiB 63-75 -> 47-48 us, 1
 MiB 297-312 -> 241-280 against the receiver's reads; cost.written_where_crowded),
-its receiver reads it from there up (EXCHANGE; reading at N = 4, 1 MiB took
-385 -> 335 us against streaming); with a core per rank a block below twice
-the threshold streams (Channel.exchange_read_min; N = 2, 1 MiB: 84 -> 51-59
-us against reading it).
+its receiver reads it from there up and with a core per rank from 512 KiB
+(EXCHANGE; reading at N = 4, 1 MiB took 385 -> 335 us against streaming).
 Cost: α_busy + (N-2)·α' + (N-1)/N·K·β, α' the cost of each message after
 the step's first: half a step where blocks go eagerly (COMMRT_EAGER_LIMIT)
 or their senders write them (where ranks outnumber cores, below the

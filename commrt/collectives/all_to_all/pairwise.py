@@ -7,12 +7,9 @@ in one copy where a stream through a ring costs two on cores that also send
 (``copier``): where ranks outnumber cores its sender writes it below the
 single-copy threshold (SENDER: N = 4 on 2 cores, freshly written, 1 MiB
 373-457 -> 332-372 us against the receiver's reads, N = 3 290-368 ->
-256-275; cost.written_where_crowded); its receiver reads it from there up
-(EXCHANGE: whole, never split with its sender's core, which has its own
-block to copy; reading took N = 4 1 MiB 487 -> 424 us against streaming).
-With a core per rank a block below twice the threshold streams, both cores
-copying (N = 2, 1 MiB, pinned: 92 -> 57 us against reading it, 2026-12-07;
-Channel.exchange_read_min, transport/shm.pxi read_min).
+256-275; cost.written_where_crowded); its receiver reads it from there up,
+and with a core each from 512 KiB blocks (EXCHANGE; reading took N = 4 1
+MiB 487 -> 424 us, N = 2 85 -> 69 us against streaming).
 Cost: (N-1)·(α + |block|·β), the messages in flight together.
 Bytes sent per rank: (N-1)·|block|.
 """
