@@ -262,6 +262,7 @@ def plot(args, data, outdir):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    os.makedirs(outdir, exist_ok=True)      # (a run's tables must not end in a missing folder)
     paths = []
     for kind in args.kinds:
         ns = [n for n in data if data[n][kind]]

@@ -254,3 +254,27 @@ def test_busy_loops_spin_for_the_block_and_are_gone_after():
     for pid in spinning:
         assert not os.path.exists(f"/proc/{pid}"), pid      # killed and reaped
     assert collectives.parse_args(["--busy", "1"]).busy == 1
+
+
+def test_plots_go_into_a_folder_made_for_them(tmp_path):
+    """--plot-dir may name a folder that does not exist yet: the tables of a long
+    run must not end in FileNotFoundError (it did, 2026-12-07)."""
+    import json
+    import os
+    import types
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "data")
+    with open(os.path.join(root, "collectives-2026-12-07-c.json")) as f:
+        saved = json.load(f)       # as --json writes it: "system/algorithm", sizes as
+        # text, and what auto chose per round ("chose/auto", not a time)
+    data = {int(n): {kind: {tuple(key.split("/")): {int(k): t for k, t in by.items()}
+                            for key, by in per.items() if not key.startswith("chose/")}
+                     for kind, per in kinds.items()}
+            for n, kinds in saved.items()}
+    args = types.SimpleNamespace(kinds=["all_reduce", "barrier"], transport="shm",
+                                 sizes=[8, 65536, 1 << 20, 16 << 20, 64 << 20])
+    out = tmp_path / "not" / "yet"
+    paths = collectives.plot(args, data, str(out))
+    assert sorted(os.path.basename(p) for p in paths) == ["collectives-all_reduce.png",
+                                                          "collectives-barrier.png"]
+    assert all(os.path.getsize(p) > 1000 for p in paths)
