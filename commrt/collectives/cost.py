@@ -157,8 +157,9 @@ def _cores():
     shares the host's cores with the others)."""
     from commrt.transport.connect import host_cores
 
-    if host_cores():
-        return host_cores()
+    known = host_cores()
+    if known:
+        return known
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:

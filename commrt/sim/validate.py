@@ -295,11 +295,10 @@ def _idle_pair_times(comm, pair, sizes, reps=7):
 def burst_beta(pairs):
     """s/B of the bytes a full bucket lets through at once: the least-squares slope
     of time against size over _idle_pair_times' figures."""
-    n = len(pairs)
-    mk = sum(k for k, _ in pairs) / n
-    mt = sum(t for _, t in pairs) / n
-    var = sum((k - mk) ** 2 for k, _ in pairs)
-    return max(0.0, sum((k - mk) * (t - mt) for k, t in pairs) / var) if var else 0.0
+    import statistics
+
+    sizes, times = zip(*pairs)
+    return max(0.0, statistics.linear_regression(sizes, times).slope)
 
 
 def hosts_calibration(comm):

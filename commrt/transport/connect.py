@@ -25,6 +25,7 @@ authenticated and introduced by a hello of kind KIND_LANE + k; the acceptor
 adopts the channel once the first connection and all its extra ones are in.
 """
 import errno
+import itertools
 import json
 import logging
 import os
@@ -187,18 +188,12 @@ def host_cores():
 
 
 def cpu_list(cpus):
-    """A set of CPU numbers as Linux writes a cpulist ("0-3,8,10-11")."""
-    out, run = [], []
-    for c in sorted(cpus):
-        if run and c == run[-1] + 1:
-            run.append(c)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [c]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
+    """A set of CPU numbers as Linux writes a cpulist ("0-3,8,10-11"): a few bytes
+    in every rank's address record where a list of a many-core host's CPUs
+    would be a kilobyte, read by every rank of the job."""
+    runs = [[c for _, c in run] for _, run in
+            itertools.groupby(enumerate(sorted(cpus)), lambda ic: ic[1] - ic[0])]
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def parse_cpu_list(text):
