@@ -207,6 +207,8 @@ knob("COMMRT_SOAK_OPS", 10000, int,
 # -- the torch backend (commrt/torch; docs/torch.md) -------------------------
 knob("COMMRT_TORCH_AUTOLOAD", True, _bool,
      "`import torch` registers the torch.distributed backend \"commrt\" (the `torch.backends` entry point); 0 turns that off (then `import commrt.torch` does it).")
+knob("COMMRT_LONG_TESTS", False, _bool,
+     "Tests: also run the tests marked `long` (a second transport, world size or launcher of a case the default suite already runs; the README's quick start), deselected by default to keep CI's suite within its 20 minutes.")
 knob("COMMRT_TORCH_FULL", False, _bool,
      "Tests: tests/torch/test_torch_suite.py runs torch's whole generic distributed suite, not the CI subset.")
 knob("COMMRT_TORCH_SUITE_BACKEND", "commrt", str,

@@ -321,8 +321,9 @@ def test_every_layout_is_planned_where_it_applies(kind, algo):
                 assert set(algos) <= {algo}, (kind, algo, n, r, algos)
 
 
-# (N = 2, 3 and 5 on its plan in the all-reduce plans' matrix below too; its rounds at N = 2-9)
-@pytest.mark.parametrize("n,transport", [(5, "shm"), (4, "tcp")])
+# (N = 2, 3 and 5 on its plan in the all-reduce plans' matrix below too, N = 5 and shared
+# memory here long, COMMRT_LONG_TESTS; its rounds at N = 2-9)
+@pytest.mark.parametrize("n,transport", [pytest.param(5, "shm", marks=pytest.mark.long), (4, "tcp")])
 def test_dbtree_runs_on_its_plan_over_many_segments(n, transport):
     """dbtree's plan (both trees' messages in rounds, each tree on its lane, every
     send waited for within its round) over 2-4 segments a tree, half sizes
@@ -429,8 +430,8 @@ def test_a_call_without_a_plan_is_not_prepared_again():
 # regroups its steps by message position: chunks need not match), 200_000
 # float64 ones several segments per chunk.
 @pytest.mark.parametrize("algo", ["ring", "reduce_bcast", "ps", "dbtree"])
-@pytest.mark.parametrize("n,transport", [(2, "shm"), (5, "shm"), (3, "tcp")],
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize("n,transport", [(2, "shm"), pytest.param(5, "shm", marks=pytest.mark.long),
+                                         (3, "tcp")], ids=lambda v: str(v))
 def test_ring_and_reduce_bcast_all_reduce_plans(algo, n, transport):
     # (N = 3 on shared memory too until 2026-12-06: ~12 s of the suite for what
     # N = 3 over TCP and N = 2 and 5 on shared memory already cover)
@@ -455,7 +456,8 @@ def test_ring_and_reduce_bcast_all_reduce_plans(algo, n, transport):
             assert where == "raised" and "mismatch" in msg and has_plan, (algo, where, msg)
 
 
-@pytest.mark.parametrize("hosts,transport", [((2, 2, 2), "shm"), ((3, 2), "tcp")],
+@pytest.mark.parametrize("hosts,transport", [pytest.param((2, 2, 2), "shm", marks=pytest.mark.long),
+                                             ((3, 2), "tcp")],
                          ids=lambda v: str(v))
 def test_hierarchical_all_reduce_plan_across_hosts(hosts, transport):
     """Hosts of the sizes given (hierarchical's host seam), so the host reduce, the

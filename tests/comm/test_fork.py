@@ -13,7 +13,7 @@ from commrt.testing import World
 import comm_ranks as R
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", pytest.param("tcp", marks=pytest.mark.long)])
 def test_forked_dataloader_workers_do_not_hide_a_killed_rank(transport):
     pytest.importorskip("torch")
     w = World(2, transport=transport, timeout=60).start()

@@ -23,7 +23,8 @@ def _train(mode):
 
 
 @pytest.mark.timeout(330)
-@pytest.mark.parametrize("mode", ["dp", "async"])
+# async under the launcher is long (COMMRT_LONG_TESTS): async SGD trains in test_param_server.py
+@pytest.mark.parametrize("mode", ["dp", pytest.param("async", marks=pytest.mark.long)])
 def test_four_ranks_reach_97_percent(mode):
     accuracy, line = _train(mode)
     if mode == "async" and accuracy < 97.0:

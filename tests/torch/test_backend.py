@@ -139,7 +139,7 @@ def test_subgroups_are_built_by_members_alone(n):
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("n,model", [(2, "cnn"), (3, "cnn")])
+@pytest.mark.parametrize("n,model", [(2, "cnn"), pytest.param(3, "cnn", marks=pytest.mark.long)])
 def test_ddp_reaches_gloos_parameters(n, model):
     """The CNN here; the MLP at N = 2, 3, 4 is test_torch_launchers.py's (the same
     model and seeds, under torchrun and commrt-launch)."""

@@ -2,9 +2,10 @@
 reaches the parameters the same script reaches on gloo from the same seeds, on
 every rank (commrt-launch also exports MASTER_ADDR/MASTER_PORT, so env:// works
 there for gloo too).  Every N of 2, 3, 4 runs once, under one launcher or the
-other (CASES: the full product took 47 s of the default suite, and what a
-launcher changes, the environment the script starts in, does not depend on
-N; tests/scale runs torchrun across namespace hosts too).  gloo runs once per
+other, N = 3 only with COMMRT_LONG_TESTS=1 (CASES: the full product took 47 s of
+the default suite, and what a launcher changes, the environment the script
+starts in, does not depend on N; tests/scale runs torchrun across namespace
+hosts too).  gloo runs once per
 N, under the same launcher: its result does not depend on the launcher."""
 import os
 import shutil
@@ -17,7 +18,9 @@ import pytest
 pytest.importorskip("torch")
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "ddp_script.py")
-CASES = [("torchrun", 2), ("commrt-launch", 3), ("commrt-launch", 4)]
+# N = 3 is long (COMMRT_LONG_TESTS): the default suite runs N = 2 and 4, one under each launcher
+CASES = [("torchrun", 2), pytest.param("commrt-launch", 3, marks=pytest.mark.long),
+         ("commrt-launch", 4)]
 
 
 def _env():

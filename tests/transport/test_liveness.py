@@ -11,7 +11,8 @@ import wire_ranks as W
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+# TCP's is long (COMMRT_LONG_TESTS): tests/faults/test_stop_rank.py stops a rank on both
+@pytest.mark.parametrize("transport", ["shm", pytest.param("tcp", marks=pytest.mark.long)])
 def test_stopped_rank_is_named_by_every_survivor_within_10_s(transport, tmp_path):
     stamp = tmp_path / "stopped_at"
     with World(3, transport=transport, timeout=90) as w:

@@ -1,0 +1,29 @@
+"""Tests marked `long` run only with COMMRT_LONG_TESTS=1: each is a second
+transport, world size or launcher of a case the default suite already runs,
+deselected (not skipped) so that CI's suite stays within its 20 minutes."""
+import pytest
+
+from commrt import config as commrt_config
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "long: runs only with COMMRT_LONG_TESTS=1 (a variant of a default test)")
+
+
+def pytest_report_header(config):
+    return ("commrt long tests: run (COMMRT_LONG_TESTS=1)" if _long()
+            else "commrt long tests: deselected (COMMRT_LONG_TESTS=1 runs them)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if _long():
+        return
+    drop = [item for item in items if item.get_closest_marker("long")]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if not item.get_closest_marker("long")]
+
+
+def _long():
+    return commrt_config.get("COMMRT_LONG_TESTS")
