@@ -40,15 +40,15 @@ def run_mpi(n, mca, spec, timeout, label):
         return _launch._read_results(tmp, n, label)[0]
 
 
-def mpi_jobs(n, spec, timeout, log):
-    """[(name, job)]: one launch of spec on OpenMPI per configuration of PEERS, or
-    none (said through log) where mpirun or mpi4py is missing."""
+def mpi_jobs(n, timeout, log):
+    """[(name, job)]: job(spec) launches spec on OpenMPI in one configuration of
+    PEERS; none (said through log) where mpirun or mpi4py is missing."""
     import shutil
 
     if not (shutil.which("mpirun") and has_module("mpi4py")):
         log("mpirun or mpi4py missing: no OpenMPI peer")
         return []
-    return [(name, lambda name=name: run_mpi(n, PEERS[name], spec, timeout, name))
+    return [(name, lambda spec, name=name: run_mpi(n, PEERS[name], spec, timeout, name))
             for name in PEERS]
 
 

@@ -2,14 +2,18 @@
 
     python -m commrt.bench collectives [--kinds broadcast,reduce,...|all|v]
         [--nranks 2,3,4,8] [--sizes 8,1K,64K,1M,16M,64M] [--algos auto|all|a,b]
-        [--transport shm|tcp] [--rounds 3] [--peers] [--plot-dir docs/img]
+        [--transport shm|tcp] [--rounds 3] [--interleave kind|run] [--peers] [--plot-dir docs/img]
         [--markdown out.md] [--json out.json] [--counts] [--fresh-inputs] [--busy K]
 
-For every world size, each round launches every backend once (commrt, with
-``--peers`` mpi4py on OpenMPI with its default single-copy (CMA) and with it
-disabled, and torch.distributed on Gloo), in turn, and each launch measures
-every collective at every size (``_coll.measure``: float32 SUM, root 0; sizes
-as nccl-tests count them), so rounds interleave the systems.  ``--kinds v``
+For every world size and collective, each round launches every backend once
+(commrt, with ``--peers`` mpi4py on OpenMPI with its default single-copy (CMA)
+and with it disabled, and torch.distributed on Gloo), in turn, the first one
+turning round by round, and each launch measures that collective at every
+size (``_coll.measure``: float32 SUM, root 0; sizes as nccl-tests count
+them), so rounds interleave the systems a few seconds apart: this host
+swings between a fast and a slow state every 30-60 s, and systems measured
+a whole run apart (``--interleave run``: one launch measures every
+collective) met different states by chance (docs/performance-collectives.md).  ``--kinds v``
 (or their names) measures the variable-size collectives, all_gatherv,
 gatherv, scatterv and all_to_allv, with counts that differ on every rank
 (``_coll.VKINDS``), against OpenMPI's Allgatherv, Gatherv, Scatterv and
@@ -94,34 +98,43 @@ def collect(args, log, counts=None, choices=None):
                 "slices": args.slices, "counts": counts is not None, "fresh": args.fresh_inputs}
         mine = dict(spec, algos={k: algorithms(k, args.algos) for k in args.kinds})
         theirs = dict(spec, algos={k: ["default"] for k in args.kinds})
-        jobs = [("commrt", lambda n=n: _peers.run_commrt(n, mine, args.transport, args.timeout))]
+        jobs = [("commrt", mine, lambda sp, n=n: _peers.run_commrt(n, sp, args.transport,
+                                                                    args.timeout))]
         if args.peers:
-            jobs += _peers.mpi_jobs(n, theirs, args.timeout, log)
+            jobs += [(name, theirs, job) for name, job in _peers.mpi_jobs(n, args.timeout, log)]
             if _peers.has_module("torch"):
-                jobs.append(("gloo", lambda n=n: _peers.run_gloo(n, theirs, args.timeout)))
+                jobs.append(("gloo", theirs,
+                             lambda sp, n=n: _peers.run_gloo(n, sp, args.timeout)))
             else:
                 log("torch missing: no Gloo peer")
+        groups = [[k] for k in args.kinds] if args.interleave == "kind" else [args.kinds]
         for rnd in range(args.rounds):
-            for name, job in jobs:
-                log(f"N={n} round {rnd + 1}/{args.rounds}: {name}")
-                try:
-                    res = job()
-                except Exception as exc:  # noqa: BLE001 - report and go on
-                    log(f"  {name} failed: {exc}")
-                    continue
-                for row in res["rows"]:
-                    key = (name, row["algo"])
-                    per[row["kind"]].setdefault(key, {}).setdefault(row["bytes"], []).append(
-                        row["time_s"])
-                    if choices is not None and row.get("chose"):
-                        choices.setdefault(n, {}).setdefault(row["kind"], {}).setdefault(
-                            row["bytes"], []).append(row["chose"])
-                    if counts is not None and "counts" in row:
-                        counts.setdefault(n, {}).setdefault(row["kind"], {}).setdefault(
-                            key, {}).setdefault(row["bytes"], []).append(row["counts"])
-                if args.json:               # a run cut short still leaves its samples
-                    write_json(args.json, data, choices)
+            for kinds in groups:
+                # who goes first turns round by round: none always follows a switch
+                for name, sp, job in jobs[rnd % len(jobs):] + jobs[:rnd % len(jobs)]:
+                    log(f"N={n} round {rnd + 1}/{args.rounds}: {name} {','.join(kinds)}")
+                    try:
+                        res = job(dict(sp, kinds=kinds))
+                    except Exception as exc:  # noqa: BLE001 - report and go on
+                        log(f"  {name} failed: {exc}")
+                        continue
+                    _take(per, name, res, n, counts, choices)
+                    if args.json:               # a run cut short still leaves its samples
+                        write_json(args.json, data, choices)
     return data
+
+
+def _take(per, name, res, n, counts, choices):
+    """File one launch's rows (collect's shapes)."""
+    for row in res["rows"]:
+        key = (name, row["algo"])
+        per[row["kind"]].setdefault(key, {}).setdefault(row["bytes"], []).append(row["time_s"])
+        if choices is not None and row.get("chose"):
+            choices.setdefault(n, {}).setdefault(row["kind"], {}).setdefault(
+                row["bytes"], []).append(row["chose"])
+        if counts is not None and "counts" in row:
+            counts.setdefault(n, {}).setdefault(row["kind"], {}).setdefault(
+                key, {}).setdefault(row["bytes"], []).append(row["counts"])
 
 
 def write_json(path, data, choices=None):
@@ -327,6 +340,9 @@ def parse_args(argv, kinds=None):
     p.add_argument("--algos", default="auto", help="auto, all, or a comma list")
     p.add_argument("--transport", default="shm", choices=("shm", "tcp"))
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--interleave", default="kind", choices=("kind", "run"),
+                   help="what one launch of a system measures before the next system's: "
+                        "one collective (kind) or every one asked for (run)")
     p.add_argument("--slices", type=int, default=5, help="timed slices per loop")
     p.add_argument("--target-s", type=float, default=0.1, help="seconds per timed loop")
     p.add_argument("--timeout", type=float, default=600.0)

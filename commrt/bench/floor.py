@@ -161,7 +161,8 @@ def _peer_jobs(n, sizes, timeout, log):
     spec = {"kinds": ["all_reduce"], "sizes": sizes, "fresh": True}
     return ([("commrt", lambda: _peers.run_commrt(n, dict(spec, algos=["auto"]), "shm",
                                                    timeout))]
-            + _peers.mpi_jobs(n, dict(spec, algos=["default"]), timeout, log))
+            + [(name, lambda job=job: job(dict(spec, algos=["default"])))
+               for name, job in _peers.mpi_jobs(n, timeout, log)])
 
 
 def collect(args, log):

@@ -278,3 +278,45 @@ def test_plots_go_into_a_folder_made_for_them(tmp_path):
     assert sorted(os.path.basename(p) for p in paths) == ["collectives-all_reduce.png",
                                                           "collectives-barrier.png"]
     assert all(os.path.getsize(p) > 1000 for p in paths)
+
+
+def _recording_systems(monkeypatch):
+    """Stand-ins for the launches that record what each measured, in order (the
+    real launches are the tests above); each returns one row per kind asked."""
+    calls = []
+
+    def launch(name):
+        def job(spec, *_):
+            calls.append((name, tuple(spec["kinds"])))
+            return {"rows": [{"kind": k, "algo": spec["algos"][k][0], "bytes": 8,
+                              "time_s": float(len(calls))} for k in spec["kinds"]]}
+        return job
+
+    monkeypatch.setattr(_peers, "run_commrt", lambda n, spec, *a: launch("commrt")(spec))
+    monkeypatch.setattr(_peers, "mpi_jobs", lambda n, timeout, log: [
+        (name, launch(name)) for name in _peers.PEERS])
+    monkeypatch.setattr(_peers, "run_gloo", lambda n, spec, *a: launch("gloo")(spec))
+    monkeypatch.setattr(_peers, "has_module", lambda mod: True)
+    return calls
+
+
+def test_each_collective_interleaves_the_systems_the_first_turning(monkeypatch):
+    calls = _recording_systems(monkeypatch)
+    args = collectives.parse_args(["--kinds", "broadcast,reduce", "--nranks", "2",
+                                   "--sizes", "8", "--rounds", "2", "--peers"])
+    data = collectives.collect(args, lambda msg: None)
+    systems = ["commrt", "ompi", "ompi-nocma", "gloo"]
+    assert calls == ([(s, ("broadcast",)) for s in systems] + [(s, ("reduce",)) for s in systems]
+                     + [(s, ("broadcast",)) for s in systems[1:] + systems[:1]]
+                     + [(s, ("reduce",)) for s in systems[1:] + systems[:1]])
+    # every launch's rows filed under its system, one time per round
+    assert data[2]["reduce"][("commrt", "auto")][8] == [5.0, 16.0]
+    assert data[2]["broadcast"][("gloo", "default")][8] == [4.0, 11.0]
+
+
+def test_interleave_run_measures_every_collective_in_one_launch(monkeypatch):
+    calls = _recording_systems(monkeypatch)
+    args = collectives.parse_args(["--kinds", "broadcast,reduce", "--nranks", "2",
+                                   "--sizes", "8", "--rounds", "2", "--interleave", "run"])
+    collectives.collect(args, lambda msg: None)
+    assert calls == [("commrt", ("broadcast", "reduce"))] * 2
