@@ -135,8 +135,11 @@ def build_parser():
                      help="nothing to allow: commrt-launch runs as any user, root included")
     mpi.add_argument("--oversubscribe", "-oversubscribe", action="store_true",
                      help="nothing to allow: more ranks than cores always run")
-    mpi.add_argument("--bind-to", "-bind-to", choices=["none"], metavar="none",
-                     help="ranks are not bound to cores (`none`, the only choice)")
+    mpi.add_argument("--bind-to", "-bind-to", choices=["none", "core"], default="none",
+                     metavar="none|core",
+                     help="none (default): ranks are not bound; core: each rank of a host "
+                          "on its own block of the host's cores (cores // ranks), "
+                          "everything it starts inheriting the block")
     mpi.add_argument("--map-by", "-map-by", choices=["slot"], metavar="slot",
                      help="ranks fill each host's slots in order (`slot`, the only choice)")
     trace = parser.add_argument_group("timeline")
@@ -310,7 +313,8 @@ def spec_from_args(args, program):
                    timeline=os.path.abspath(args.timeline) if args.timeline else None,
                    start_timeout=args.start_timeout, max_restarts=args.max_restarts,
                    tag_output=args.tag_output, timestamps=args.timestamp_output,
-                   output_dir=output_dir, output_to_terminal=to_terminal)
+                   output_dir=output_dir, output_to_terminal=to_terminal,
+                   bind_to=args.bind_to)
 
 
 def main(argv=None):
@@ -331,6 +335,10 @@ def main(argv=None):
         parser.error(str(exc))
     if args.elastic or args.min_np or args.max_np or args.host_discovery_script:
         from commrt.launcher import elastic
+
+        if args.bind_to != "none":      # a generation's ranks per host change as hosts come and go
+            parser.error("--bind-to core binds a fixed set of ranks per host; an elastic job's "
+                         "change from generation to generation: leave it out with --elastic")
 
         return elastic.run(elastic.spec_from_args(args, parser, spec))
     from commrt.launcher import job

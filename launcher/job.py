@@ -83,6 +83,7 @@ class JobSpec:
     timestamps: bool = False
     output_dir: Optional[str] = None        # mpirun's --output-filename DIR
     output_to_terminal: bool = True
+    bind_to: str = "none"                   # "core": launcher/binding.py
 
 
 @dataclass
@@ -212,19 +213,23 @@ class Job:
 
         libc = ctypes.CDLL(None, use_errno=True)
         parent = os.getpid()
+        blocks = self._core_blocks()
 
-        def child_setup():  # after fork, before exec; we are single-threaded here
+        def child_setup(block=None):  # after fork, before exec; we are single-threaded here
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:  # the launcher died before prctl took effect
                 os._exit(1)
+            if block:
+                os.sched_setaffinity(0, block)
 
         for r in self.ranks:
             self.router.add_rank(r.rank)
             argv, env, stdin = self._rank_command(r)
+            block = blocks.get(r.rank)
             try:
                 r.proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, start_new_session=True,
-                                          preexec_fn=child_setup,
+                                          preexec_fn=lambda b=block: child_setup(b),
                                           pass_fds=() if r.remote else (self.secret_fd,))
             except OSError as exc:
                 raise LaunchError(f"cannot start rank {r.rank} ({argv[0]}): {exc}") from None
@@ -233,6 +238,19 @@ class Job:
             for stream, pipe in ((STDOUT, r.proc.stdout), (STDERR, r.proc.stderr)):
                 os.set_blocking(pipe.fileno(), False)
                 self.pipes[pipe.fileno()] = (r, stream, pipe)
+
+    def _core_blocks(self):
+        """{rank: its cores} of this host's ranks under --bind-to core (the
+        remote shim binds its own rank: launcher/remote.py)."""
+        if self.spec.bind_to != "core":
+            return {}
+        from commrt.launcher.binding import BindError, core_block
+
+        try:
+            return {r.rank: core_block(r.placement.local_rank, r.placement.local_size)
+                    for r in self.ranks if not r.remote}
+        except BindError as exc:
+            raise LaunchError(str(exc)) from None
 
     def _master_env(self, r):
         """MASTER_ADDR/MASTER_PORT as torchrun sets them (rank 0's host and a port that
@@ -315,7 +333,8 @@ class Job:
                 env[name] = os.environ[name]
         env.update(self._rank_env(r))
         spec = {"argv": self.spec.command, "env": env, "cwd": os.getcwd(),
-                "secret": self.secret.hex(), "local_size": r.placement.local_size}
+                "secret": self.secret.hex(), "local_size": r.placement.local_size,
+                "bind_to": self.spec.bind_to, "local_rank": r.placement.local_rank}
         try:
             r.proc.stdin.write(json.dumps(spec).encode() + b"\n")
             r.proc.stdin.flush()

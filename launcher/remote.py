@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 
+from commrt.launcher.binding import BindError, core_block
 from commrt.launcher.signals import FORWARDED as _FORWARDED, signal_group
 
 _PR_SET_PDEATHSIG = 1
@@ -56,11 +57,16 @@ def start_rank(spec, secret_fd):
         cwd = None
     libc = ctypes.CDLL(None, use_errno=True)
     parent = os.getpid()
+    block = None
+    if spec.get("bind_to") == "core":     # BindError: the shim says so and exits 1
+        block = core_block(int(spec.get("local_rank", 0)), int(spec.get("local_size", 1)))
 
     def child_setup():
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(1)
+        if block:
+            os.sched_setaffinity(0, block)
 
     return subprocess.Popen(spec["argv"], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                             start_new_session=True, preexec_fn=child_setup,
@@ -105,6 +111,9 @@ def main():
         except OSError as exc:
             print(f"commrt.launcher.remote: cannot start {spec['argv'][0]}: {exc}", file=sys.stderr)
             return 127
+        except BindError as exc:
+            print(f"commrt.launcher.remote: {exc}", file=sys.stderr)
+            return 1
         code = watch(proc, stdin_fd)
     finally:
         os.close(secret_fd)

@@ -324,8 +324,52 @@ def test_mpirun_flags_with_their_effect_there():
                   "-map-by", "slot", "-x", "A=1", sys.executable, "-c", SHOW_ENV, "A"])
     assert out.returncode == 0, out.stderr
     assert _rows(out) == {0: ["1"], 1: ["1"]}
-    out = launch(["-np", "2", "--bind-to", "core", "true"])
-    assert out.returncode == 2 and "invalid choice: 'core'" in out.stderr
+    out = launch(["-np", "2", "--bind-to", "socket", "true"])
+    assert out.returncode == 2 and "invalid choice: 'socket'" in out.stderr
+
+
+SHOW_CORES = "import os; print(','.join(map(str, sorted(os.sched_getaffinity(0)))))"
+
+
+def _cores_of(out):
+    return {k: [int(c) for c in v[0].split(",")] for k, v in _rows(out).items()}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="binding two ranks needs two cores")
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "remote shim"])
+def test_bind_to_core_gives_each_rank_its_own_block_of_cores(remote):
+    """Each rank of a host gets cores // ranks of the launcher's cores, blocks in
+    local-rank order, none shared; unbound (the default) each has them all."""
+    mine = sorted(os.sched_getaffinity(0))
+    # two "hosts" reached through the fake ssh: every rank starts through the remote
+    # shim (launcher/remote.py), which binds it on its host
+    hosts = ["-H", "h1:2,h2:2", "--ssh-cmd", FAKE_SSH, "--bind", "127.0.0.1"] if remote else []
+    n = 4 if remote else 2
+    out = launch(["-np", str(n), *hosts, "--bind-to", "core", sys.executable, "-c", SHOW_CORES])
+    assert out.returncode == 0, out.stderr
+    width = len(mine) // 2
+    blocks = _cores_of(out)
+    for k in range(n):
+        assert blocks[k] == mine[(k % 2) * width:(k % 2 + 1) * width], (k, blocks)
+    out = launch(["-np", "2", sys.executable, "-c", SHOW_CORES])
+    assert out.returncode == 0, out.stderr
+    assert _cores_of(out) == {0: mine, 1: mine}
+
+
+def test_bind_to_core_refuses_more_ranks_than_cores():
+    n = len(os.sched_getaffinity(0)) + 1
+    out = launch(["-np", str(n), "--bind-to", "core", "true"])
+    assert out.returncode == 1, (out.returncode, out.stderr)
+    assert f"--bind-to core: {n} ranks on this host but {n - 1} cores" in out.stderr
+    assert "--bind-to none" in out.stderr
+    # a remote host's shim refuses its own ranks, and the job fails
+    out = launch(["-np", str(n), "-H", f"h1:{n}", "--ssh-cmd", FAKE_SSH, "--bind", "127.0.0.1",
+                  "--bind-to", "core", "true"])
+    assert out.returncode != 0
+    assert f"commrt.launcher.remote: --bind-to core: {n} ranks on this host" in out.stderr
+    out = launch(["-np", "2", "--elastic", "--min-np", "1", "--host-discovery-script", "true",
+                  "--bind-to", "core", "true"])
+    assert out.returncode == 2 and "leave it out with --elastic" in out.stderr
 
 
 def test_network_interface_that_is_not_here_stops_a_multi_host_job():
