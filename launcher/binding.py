@@ -22,12 +22,11 @@ def core_block(local_rank, local_size, cores=None):
     divide, default this process's)."""
     cores = sorted(os.sched_getaffinity(0) if cores is None else cores)
     if not 0 < local_size <= len(cores):
+        # (the transport's cpulist writer, imported only here: the shim stays light)
+        from commrt.transport.connect import cpu_list
+
         raise BindError(f"--bind-to core: {local_size} ranks on this host but "
-                        f"{len(cores)} cores to bind them to ({_cpulist(cores)}); "
+                        f"{len(cores)} cores to bind them to ({cpu_list(cores)}); "
                         "fewer ranks, or --bind-to none")
     width = len(cores) // local_size
     return cores[local_rank * width:(local_rank + 1) * width]
-
-
-def _cpulist(cores):
-    return ",".join(str(c) for c in cores)
