@@ -31,6 +31,17 @@ With ``--hosts``, the same across network namespace hosts at each link rate
 (``bench hosts``'s job, whose calibration gives both link classes, plus
 hosts_calibration's point-to-point figures: HOST_TERMS).  Figures are for a
 quiet machine.
+
+The host's state: this kind of host (a 2-core VM) flips between a fast state
+and a slow one where shared-memory streams crawl 10x (``bench hoststate``),
+for seconds to minutes.  A round calibrated in one state and measured in the
+other tests the host, not the model, so each round (each N, or each link
+rate's job) waits for the fast state, is bracketed by a probe, and runs
+again (up to FAST_TRIES times) where the state changed under it
+(``in_fast_state``; ``--any-state`` runs at once).  The counts are of the
+rounds fast at both ends (``steady``; the probes are saved as each round's
+``"host"``, so a replay counts the same way); the table and the last line
+say how many rounds that left and the count over all of them.
 """
 import argparse
 import dataclasses
@@ -563,17 +574,56 @@ def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0, chain_at=
     return topo
 
 
-def run(ranks, sizes, algos, rounds, log=print, params=None):
+def host_state():
+    """The host's state now (``bench hoststate``'s one launch): its timings, and
+    "state": "fast" or "slow"."""
+    from commrt.bench import hoststate
+
+    t = hoststate.launch()
+    return dict(t, state=hoststate.state(t))
+
+
+# how long a round waits for the host's fast state, and how often it is run again
+# when the state changed under it (``in_fast_state``)
+FAST_WAIT_S = 180.0
+FAST_TRIES = 3
+
+
+def in_fast_state(work, log=print, wait=FAST_WAIT_S, tries=FAST_TRIES):
+    """(work(), probes): work run once the host is in its fast state (probed every
+    few seconds for at most ``wait`` s), and run again, up to ``tries`` times in
+    all, while the probe after it finds the state changed.  probes: {"before",
+    "after": host_state(), "tries": runs}; ``steady`` drops a round whose probes
+    are not both fast.  wait=0: run at once, probed on both sides only."""
+    import time
+
+    for attempt in range(1, tries + 1):
+        until = time.monotonic() + wait
+        before = host_state()
+        while before["state"] != "fast" and time.monotonic() < until:
+            time.sleep(3)
+            before = host_state()
+        got = work()
+        after = host_state()
+        probes = {"before": before, "after": after, "tries": attempt}
+        if before["state"] == after["state"] == "fast" or not wait:
+            return got, probes
+        log(f"  the host's state changed under the round ({before['state']} -> "
+            f"{after['state']}): again")
+    return got, probes
+
+
+def run(ranks, sizes, algos, rounds, log=print, params=None, wait=FAST_WAIT_S):
     """{(n, algo, bytes): {"measured": [...], "simulated": [...]}}, one entry a
     round; params (a dict) receives each round's calibration, keyed (n, round),
-    so that ``replay`` can simulate the same measurements again."""
+    so that ``replay`` can simulate the same measurements again.  Each (n,
+    round) is calibrated and measured in the host's fast state where it can
+    be (``in_fast_state``; its probes saved as the calibration's ``"host"``;
+    wait=0: whatever the state)."""
     data = {}
     params = {} if params is None else params
     for r in range(rounds):
-        pair = calibrate(2)
         for n in ranks:
-            p = pair if n == 2 else calibrate(n, pair)
-            params[(n, r)] = p
             runnable = []
             for algo in algos:
                 try:
@@ -583,7 +633,14 @@ def run(ranks, sizes, algos, rounds, log=print, params=None):
                     log(f"  N={n} {algo}: not simulated ({exc})")
             if not runnable:
                 continue
-            got = measure(n, sizes, runnable)
+
+            def calibrated_and_measured():
+                pair = calibrate(2)
+                p = pair if n == 2 else calibrate(n, pair)
+                return p, measure(n, sizes, runnable)
+            (p, got), probes = in_fast_state(calibrated_and_measured, log, wait)
+            p["host"] = probes
+            params[(n, r)] = p
             topo = topology(n, p)
             chain_at = plan_alpha_at(topo, p)
             for algo in runnable:
@@ -605,16 +662,25 @@ def replay_groups(files):
     return sorted(groups.items())
 
 
-def replay(files, terms=None):
+def replay(files, terms=None, params=None):
     """The cells of saved runs (``--json``) simulated again with the calibration
     saved beside them: the model changes, the measurements are the same.
     terms: the model's terms to use (None: the validation's, DEFAULT_TERMS, or
-    DEFAULT_HOST_TERMS for runs across hosts)."""
+    DEFAULT_HOST_TERMS for runs across hosts).  params (a dict) receives each
+    round's calibration keyed as the returned cells count their rounds (the
+    files' rounds one after another), for ``steady``."""
     data = {}
+    params = {} if params is None else params
     for path in files:
         with open(path) as f:
             saved = json.load(f)
         hosts = saved.get("hosts")
+        before = {}     # rounds of each N (or link) in the files read before this one
+        for key, p in saved["params"].items():
+            first, r = key.split("|")
+            first = first if hosts else int(first)
+            before.setdefault(first, sum(1 for f, _ in params if f == first))
+            params[(first, before[first] + int(r))] = p
         for key, cell in saved["cells"].items():
             first, algo, k = key.split("|")
             k = int(k)
@@ -656,7 +722,45 @@ def within(data, tol=0.25):
     return ok, len(data)
 
 
-def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print, params=None):
+def is_steady(p):
+    """Whether a round's calibration and measurement both ran in the host's fast
+    state: its host-state probes (p["host"], before the calibration and after
+    the measurement) both said fast.  A round saved without probes counts
+    (the runs before they existed)."""
+    host = p.get("host")
+    return host is None or all(host[k]["state"] == "fast" for k in ("before", "after"))
+
+
+def steady(data, params):
+    """(data with only its steady rounds, rounds kept, rounds in all): params
+    {(first, round): calibration}, cells {(first, algo, bytes): ...} whose i-th
+    entry is round i.  A cell left with no round is dropped.  Why: this host
+    (a VM) flips between a fast state and one where shared-memory streams
+    crawl 10x (``bench hoststate``); a round calibrated in one and measured
+    in the other tests the host, not the model."""
+    keep = {key: is_steady(p) for key, p in params.items()}
+    out = {}
+    for (first, algo, k), cell in data.items():
+        rounds = [i for i in range(len(cell["measured"])) if keep.get((first, i), True)]
+        if rounds:
+            out[(first, algo, k)] = {name: [cell[name][i] for i in rounds]
+                                     for name in ("measured", "simulated")}
+    return out, sum(keep.values()), len(keep)
+
+
+def summary_lines(data, params):
+    """The validation's count, of the steady rounds and of all of them."""
+    kept, good, total = steady(data, params)
+    lines = ["within 25%%: %d of %d cells" % within(kept)
+             + (f" (rounds in the fast state at both ends: {good} of {total})"
+                if good < total else "")]
+    if good < total:
+        lines.append("all rounds, the host's state aside: %d of %d cells" % within(data))
+    return lines
+
+
+def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print, params=None,
+              wait=FAST_WAIT_S):
     """The same across namespace hosts: {(rate, algo, bytes): {...}}; params (a
     dict) receives each job's calibration, keyed (rate, round)."""
     import os
@@ -680,11 +784,13 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print, params=None)
         for rate in rates:
             h.set_rate(rate)
             for r in range(rounds):
-                with tempfile.TemporaryDirectory(prefix="commrt-sim-validate-") as tmp:
-                    os.chmod(tmp, 0o755)
-                    res = run_commrt(h, local, spec, tmp, 600)
+                def job():
+                    with tempfile.TemporaryDirectory(prefix="commrt-sim-validate-") as tmp:
+                        os.chmod(tmp, 0o755)
+                        return run_commrt(h, local, spec, tmp, 600)
+                res, probes = in_fast_state(job, log, wait)
                 link = {"rate": _netns.rate_bytes(rate), "burst": _netns.size_bytes(h.burst)}
-                p = dict(res["params"], sim=res.get("sim"), link=link)
+                p = dict(res["params"], sim=res.get("sim"), link=link, host=probes)
                 params[(rate, r)] = p
                 topo = hosts_topology(hosts, local, p)
                 for row in res["rows"]:
@@ -788,6 +894,13 @@ def report(data, first="N"):
                  rows, "llrrrr")
 
 
+def _print(data, params, first):
+    """The table of the steady rounds (``steady``) and the counts."""
+    print(report(steady(data, params)[0], first))
+    for line in summary_lines(data, params):
+        print(line)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m commrt.sim validate",
                                 description=__doc__.splitlines()[0])
@@ -800,6 +913,9 @@ def main(argv=None):
     p.add_argument("--ranks-per-host", type=int, default=2)
     p.add_argument("--rates", default="1gbit,10gbit")
     p.add_argument("--json")
+    p.add_argument("--any-state", action="store_true",
+                   help="run each round at once, whatever the host's state (default: wait "
+                   "for its fast state, run a round again where it changed; bench hoststate)")
     p.add_argument("--replay", nargs="+", metavar="JSON",
                    help="simulate the cells of saved runs (--json) again, measuring nothing")
     p.add_argument("--terms", default="all",
@@ -811,9 +927,9 @@ def main(argv=None):
         terms = (None if args.terms == "all" else () if args.terms == "none"
                  else tuple(args.terms.split(",")))
         for across, files in replay_groups(args.replay):
-            data = replay(files, terms)
-            print(report(data, "link" if across else "N"))
-            print("within 25%%: %d of %d cells" % within(data))
+            params = {}
+            data = replay(files, terms, params)
+            _print(data, params, "link" if across else "N")
         return 0
     algos = (args.algos.split(",") if args.algos else
              [a for a in schedules.names() if schedules.has_schedule(a)
@@ -822,10 +938,10 @@ def main(argv=None):
     if args.hosts:
         params = {}
         data = run_hosts(args.hosts, args.ranks_per_host, args.rates.split(","), sizes,
-                         algos, args.rounds, params=params)
+                         algos, args.rounds, params=params,
+                         wait=0 if args.any_state else FAST_WAIT_S)
         print(f"{args.hosts} namespace hosts x {args.ranks_per_host} ranks")
-        print(report(data, "link"))
-        print("within 25%%: %d of %d cells" % within(data))
+        _print(data, params, "link")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"hosts": args.hosts, "local": args.ranks_per_host,
@@ -837,9 +953,9 @@ def main(argv=None):
     else:
         ranks = [int(x) for x in args.ranks.split(",")]
         params = {}
-        data = run(ranks, sizes, algos, args.rounds, params=params)
-        print(report(data))
-        print("within 25%%: %d of %d cells" % within(data))
+        data = run(ranks, sizes, algos, args.rounds, params=params,
+                   wait=0 if args.any_state else FAST_WAIT_S)
+        _print(data, params, "N")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"forced_plans": FORCED_PLANS,
