@@ -1,8 +1,6 @@
 """Tests marked `long` run only with COMMRT_LONG_TESTS=1: each is a second
 transport, world size or launcher of a case the default suite already runs,
 deselected (not skipped) so that CI's suite stays within its 20 minutes."""
-import pytest
-
 from commrt import config as commrt_config
 
 
