@@ -3,7 +3,8 @@
     python -m commrt.bench collectives [--kinds broadcast,reduce,...|all|v]
         [--nranks 2,3,4,8] [--sizes 8,1K,64K,1M,16M,64M] [--algos auto|all|a,b]
         [--transport shm|tcp] [--rounds 3] [--interleave kind|run] [--peers] [--plot-dir docs/img]
-        [--markdown out.md] [--json out.json] [--counts] [--fresh-inputs] [--busy K]
+        [--markdown out.md] [--json out.json] [--counts] [--fresh-inputs] [--fast-state]
+        [--busy K]
 
 For every world size and collective, each round launches every backend once
 (commrt, with ``--peers`` mpi4py on OpenMPI with its default single-copy (CMA)
@@ -43,7 +44,14 @@ single-copy read finds the peer's unchanged input in its own cache, which
 flatters single-copy paths (commrt's and OpenMPI's alike).  ``--busy K``
 keeps K busy-looping processes running beside every launch of every
 system for the whole run (outside load, such as a training job's data
-loaders: a waiter that spins or sleeps badly shows there).  ``allreduce`` and
+loaders: a waiter that spins or sleeps badly shows there).  ``--fast-state``
+runs each round of a collective (every system's launch of it) in the host's
+fast state (``hoststate.in_fast_state``: it waits for that state, probes
+after, and runs the round again, up to 3 tries, where the state changed
+under it; only the last try is filed): the interleaving keeps systems a few
+seconds apart, and this keeps a flip from landing between them.  The probes
+go into the JSON (``"host"``) and the report says how many rounds were fast
+at both ends.  ``allreduce`` and
 the per-collective benchmark names run this with one collective.
 """
 import argparse
@@ -52,7 +60,7 @@ import json
 import subprocess
 import sys
 
-from commrt.bench import _peers
+from commrt.bench import _peers, hoststate
 from commrt.bench._coll import KINDS, VKINDS
 from commrt.bench._stats import Summary, fmt_size, parse_size, table
 
@@ -86,11 +94,13 @@ def every_algorithm(kind):
     return names + ["auto"]
 
 
-def collect(args, log, counts=None, choices=None):
+def collect(args, log, counts=None, choices=None, states=None):
     """{n: {kind: {(backend, algo): {bytes: [times]}}}}; with a dict as counts (and
     --counts), it gets the same shape with a COUNTS dict per round for each time;
     with a dict as choices, {n: {kind: {bytes: [the algorithm auto chose, per
-    round]}}}."""
+    round]}}}; with a list as states (and --fast-state), one entry per round
+    of each collective: {"n", "round", "kinds"} and hoststate.in_fast_state's
+    probes."""
     data = {}
     for n in args.nranks:
         per = data.setdefault(n, {k: {} for k in args.kinds})
@@ -111,16 +121,27 @@ def collect(args, log, counts=None, choices=None):
         for rnd in range(args.rounds):
             for kinds in groups:
                 # who goes first turns round by round: none always follows a switch
-                for name, sp, job in jobs[rnd % len(jobs):] + jobs[:rnd % len(jobs)]:
-                    log(f"N={n} round {rnd + 1}/{args.rounds}: {name} {','.join(kinds)}")
-                    try:
-                        res = job(dict(sp, kinds=kinds))
-                    except Exception as exc:  # noqa: BLE001 - report and go on
-                        log(f"  {name} failed: {exc}")
-                        continue
+                order = jobs[rnd % len(jobs):] + jobs[:rnd % len(jobs)]
+
+                def launches(kinds=kinds, order=order, rnd=rnd):
+                    got = []
+                    for name, sp, job in order:
+                        log(f"N={n} round {rnd + 1}/{args.rounds}: {name} {','.join(kinds)}")
+                        try:
+                            got.append((name, job(dict(sp, kinds=kinds))))
+                        except Exception as exc:  # noqa: BLE001 - report and go on
+                            log(f"  {name} failed: {exc}")
+                    return got
+                if args.fast_state:
+                    got, probes = hoststate.in_fast_state(launches, log)
+                    if states is not None:
+                        states.append({"n": n, "round": rnd, "kinds": kinds, **probes})
+                else:
+                    got = launches()
+                for name, res in got:
                     _take(per, name, res, n, counts, choices)
-                    if args.json:               # a run cut short still leaves its samples
-                        write_json(args.json, data, choices)
+                if args.json:                   # a run cut short still leaves its samples
+                    write_json(args.json, data, choices, states)
     return data
 
 
@@ -137,15 +158,26 @@ def _take(per, name, res, n, counts, choices):
                 key, {}).setdefault(row["bytes"], []).append(row["counts"])
 
 
-def write_json(path, data, choices=None):
+def state_line(states):
+    """How the rounds met the host's state (--fast-state)."""
+    fast = sum(hoststate.steady(s) for s in states)
+    again = sum(s["tries"] - 1 for s in states)
+    return (f"(host state: {fast} of {len(states)} rounds of a collective fast at both ends; "
+            f"{again} run again after the state changed under them)")
+
+
+def write_json(path, data, choices=None, states=None):
     """{N: {kind: {"backend/algo": {bytes: [times]}, "chose/auto": {bytes: [the
-    algorithm auto chose, per round]}}}}."""
+    algorithm auto chose, per round]}}}}, and with --fast-state "host": collect's
+    states."""
     out = {str(n): {k: {f"{b}/{a}": v for (b, a), v in per.items()}
                     for k, per in by_kind.items()}
            for n, by_kind in data.items()}
     for n, by_kind in (choices or {}).items():
         for k, by_size in by_kind.items():
             out[str(n)][k]["chose/auto"] = by_size
+    if states:
+        out["host"] = states
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
 
@@ -354,6 +386,10 @@ def parse_args(argv, kinds=None):
                    help="also CPU time and context switches per call (getrusage)")
     p.add_argument("--fresh-inputs", action="store_true",
                    help="write the input before every call (timed apart), as training does")
+    p.add_argument("--fast-state", action="store_true",
+                   help="run each round of a collective (every system's launch) in the "
+                        "host's fast state: wait for it, run the round again where it "
+                        "changed (bench hoststate)")
     p.add_argument("--busy", type=int, default=0,
                    help="busy-looping processes beside the jobs for the whole run")
     args = p.parse_args(argv)
@@ -374,11 +410,13 @@ def main(argv, kinds=None):
         print(msg, file=sys.stderr, flush=True)
 
     counts = {} if args.counts else None
-    choices = {}
+    choices, states = {}, []
     with busy_loops(args.busy):
-        data = collect(args, log, counts, choices)
+        data = collect(args, log, counts, choices, states)
     if args.busy:
         print(f"(under outside load: {args.busy} busy-looping process(es) beside every job)")
+    if args.fast_state:
+        print(state_line(states))
     print(report(args, data, choices=choices))
     if counts:
         print(report_counts(args, counts))
@@ -392,5 +430,5 @@ def main(argv, kinds=None):
         for path in plot(args, data, args.plot_dir):
             print(f"plot: {path}")
     if args.json:
-        write_json(args.json, data, choices)
+        write_json(args.json, data, choices, states)
     return 0

@@ -20,6 +20,10 @@ receiver's stalls the ring absorbs).  ``--wait S`` launches again
 every few seconds until one is fast, for at most S seconds: exit status 0
 once fast, 1 if the host stayed slow.  Run it on an otherwise quiet host
 (load below 1), as the benchmarks: other work inflates every figure.
+
+From code, ``in_fast_state(work)`` runs a piece of measurement in the fast
+state (waits for it, probes after, runs again where it changed): ``bench
+collectives --fast-state`` and ``sim validate`` use it.
 """
 import argparse
 import statistics
@@ -91,6 +95,46 @@ def launch():
 
     with World(2, transport="shm", timeout=60) as w:
         return w.run(probe, timeout=60)[0]
+
+
+def now():
+    """The host's state now: one launch's timings (PROBES) and "state"."""
+    t = launch()
+    return dict(t, state=state(t))
+
+
+# how long a piece of measurement waits for the fast state, and how often it runs
+# again where the state changed under it (in_fast_state)
+FAST_WAIT_S = 180.0
+FAST_TRIES = 3
+
+
+def in_fast_state(work, log=print, wait=FAST_WAIT_S, tries=FAST_TRIES):
+    """(work(), probes): work run once the host is in its fast state (a launch
+    every few seconds, for at most ``wait`` s), and run again, up to ``tries``
+    times in all, while the launch after it finds the state changed.  probes:
+    {"before", "after": now(), "tries": runs}; ``steady(probes)`` says whether
+    the last run was fast at both ends.  wait=0: run at once, probed on both
+    sides only.  A flip and back inside the work goes unseen."""
+    for attempt in range(1, tries + 1):
+        until = time.monotonic() + wait
+        before = now()
+        while before["state"] != "fast" and time.monotonic() < until:
+            time.sleep(3)
+            before = now()
+        got = work()
+        after = now()
+        probes = {"before": before, "after": after, "tries": attempt}
+        if steady(probes) or not wait:
+            return got, probes
+        log(f"  the host's state changed under it ({before['state']} -> "
+            f"{after['state']}): again")
+    return got, probes
+
+
+def steady(probes):
+    """Whether in_fast_state's probes both found the fast state."""
+    return probes["before"]["state"] == probes["after"]["state"] == "fast"
 
 
 def line(t):

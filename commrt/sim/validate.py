@@ -37,9 +37,9 @@ and a slow one where shared-memory streams crawl 10x (``bench hoststate``),
 for seconds to minutes.  A round calibrated in one state and measured in the
 other tests the host, not the model, so each round (each N, or each link
 rate's job) waits for the fast state, is bracketed by a probe, and runs
-again (up to FAST_TRIES times) where the state changed under it
-(``in_fast_state``; ``--any-state`` runs at once).  The counts are of the
-rounds fast at both ends (``steady``; the probes are saved as each round's
+again (up to 3 tries in all) where the state changed under it
+(``bench.hoststate.in_fast_state``; ``--any-state`` runs at once).  The
+counts are of the rounds fast at both ends (``steady``; the probes are saved as each round's
 ``"host"``, so a replay counts the same way); the table and the last line
 say how many rounds that left and the count over all of them.
 """
@@ -574,52 +574,20 @@ def cell_topology(topo, algo, n, nbytes, forced_plans, alpha_plan=0.0, chain_at=
     return topo
 
 
-def host_state():
-    """The host's state now (``bench hoststate``'s one launch): its timings, and
-    "state": "fast" or "slow"."""
+def _fast(work, log, wait):
+    """hoststate.in_fast_state, waiting its default where wait is None."""
     from commrt.bench import hoststate
 
-    t = hoststate.launch()
-    return dict(t, state=hoststate.state(t))
+    return hoststate.in_fast_state(work, log, hoststate.FAST_WAIT_S if wait is None else wait)
 
 
-# how long a round waits for the host's fast state, and how often it is run again
-# when the state changed under it (``in_fast_state``)
-FAST_WAIT_S = 180.0
-FAST_TRIES = 3
-
-
-def in_fast_state(work, log=print, wait=FAST_WAIT_S, tries=FAST_TRIES):
-    """(work(), probes): work run once the host is in its fast state (probed every
-    few seconds for at most ``wait`` s), and run again, up to ``tries`` times in
-    all, while the probe after it finds the state changed.  probes: {"before",
-    "after": host_state(), "tries": runs}; ``steady`` drops a round whose probes
-    are not both fast.  wait=0: run at once, probed on both sides only."""
-    import time
-
-    for attempt in range(1, tries + 1):
-        until = time.monotonic() + wait
-        before = host_state()
-        while before["state"] != "fast" and time.monotonic() < until:
-            time.sleep(3)
-            before = host_state()
-        got = work()
-        after = host_state()
-        probes = {"before": before, "after": after, "tries": attempt}
-        if before["state"] == after["state"] == "fast" or not wait:
-            return got, probes
-        log(f"  the host's state changed under the round ({before['state']} -> "
-            f"{after['state']}): again")
-    return got, probes
-
-
-def run(ranks, sizes, algos, rounds, log=print, params=None, wait=FAST_WAIT_S):
+def run(ranks, sizes, algos, rounds, log=print, params=None, wait=None):
     """{(n, algo, bytes): {"measured": [...], "simulated": [...]}}, one entry a
     round; params (a dict) receives each round's calibration, keyed (n, round),
     so that ``replay`` can simulate the same measurements again.  Each (n,
     round) is calibrated and measured in the host's fast state where it can
-    be (``in_fast_state``; its probes saved as the calibration's ``"host"``;
-    wait=0: whatever the state)."""
+    be (``hoststate.in_fast_state``; its probes saved as the calibration's
+    ``"host"``; wait=0: whatever the state, None: FAST_WAIT_S)."""
     data = {}
     params = {} if params is None else params
     for r in range(rounds):
@@ -638,7 +606,7 @@ def run(ranks, sizes, algos, rounds, log=print, params=None, wait=FAST_WAIT_S):
                 pair = calibrate(2)
                 p = pair if n == 2 else calibrate(n, pair)
                 return p, measure(n, sizes, runnable)
-            (p, got), probes = in_fast_state(calibrated_and_measured, log, wait)
+            (p, got), probes = _fast(calibrated_and_measured, log, wait)
             p["host"] = probes
             params[(n, r)] = p
             topo = topology(n, p)
@@ -727,8 +695,9 @@ def is_steady(p):
     state: its host-state probes (p["host"], before the calibration and after
     the measurement) both said fast.  A round saved without probes counts
     (the runs before they existed)."""
-    host = p.get("host")
-    return host is None or all(host[k]["state"] == "fast" for k in ("before", "after"))
+    from commrt.bench import hoststate
+
+    return "host" not in p or hoststate.steady(p["host"])
 
 
 def steady(data, params):
@@ -760,7 +729,7 @@ def summary_lines(data, params):
 
 
 def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print, params=None,
-              wait=FAST_WAIT_S):
+              wait=None):
     """The same across namespace hosts: {(rate, algo, bytes): {...}}; params (a
     dict) receives each job's calibration, keyed (rate, round)."""
     import os
@@ -788,7 +757,7 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print, params=None,
                     with tempfile.TemporaryDirectory(prefix="commrt-sim-validate-") as tmp:
                         os.chmod(tmp, 0o755)
                         return run_commrt(h, local, spec, tmp, 600)
-                res, probes = in_fast_state(job, log, wait)
+                res, probes = _fast(job, log, wait)
                 link = {"rate": _netns.rate_bytes(rate), "burst": _netns.size_bytes(h.burst)}
                 p = dict(res["params"], sim=res.get("sim"), link=link, host=probes)
                 params[(rate, r)] = p
@@ -939,7 +908,7 @@ def main(argv=None):
         params = {}
         data = run_hosts(args.hosts, args.ranks_per_host, args.rates.split(","), sizes,
                          algos, args.rounds, params=params,
-                         wait=0 if args.any_state else FAST_WAIT_S)
+                         wait=0 if args.any_state else None)
         print(f"{args.hosts} namespace hosts x {args.ranks_per_host} ranks")
         _print(data, params, "link")
         if args.json:
@@ -954,7 +923,7 @@ def main(argv=None):
         ranks = [int(x) for x in args.ranks.split(",")]
         params = {}
         data = run(ranks, sizes, algos, args.rounds, params=params,
-                   wait=0 if args.any_state else FAST_WAIT_S)
+                   wait=0 if args.any_state else None)
         _print(data, params, "N")
         if args.json:
             with open(args.json, "w") as f:

@@ -1,5 +1,6 @@
 """python -m commrt.bench collectives: every collective measured and checked in one
 launch, and the report's ratio columns (tiny sizes: a smoke run, not a benchmark)."""
+import json
 import os
 import types
 
@@ -320,3 +321,42 @@ def test_interleave_run_measures_every_collective_in_one_launch(monkeypatch):
                                    "--sizes", "8", "--rounds", "2", "--interleave", "run"])
     collectives.collect(args, lambda msg: None)
     assert calls == [("commrt", ("broadcast", "reduce"))] * 2
+
+
+def test_fast_state_runs_a_round_again_where_the_state_changed_under_it(monkeypatch, tmp_path):
+    """--fast-state: each round of a collective (every system's launch) waits for
+    the fast state, and runs again where the probe after it found it changed;
+    only the last try's rows are filed, and the probes go into the JSON."""
+    from commrt.bench import hoststate
+
+    calls = _recording_systems(monkeypatch)
+    # broadcast: fast -> slow (again), then fast -> fast; reduce: slow, fast -> fast
+    said = iter(["fast", "slow", "fast", "fast", "slow", "fast", "fast"])
+    monkeypatch.setattr(hoststate, "now", lambda: {"state": next(said)})
+    monkeypatch.setattr(hoststate.time, "sleep", lambda s: None)
+    out = tmp_path / "run.json"
+    args = collectives.parse_args(["--kinds", "broadcast,reduce", "--nranks", "2", "--sizes",
+                                   "8", "--rounds", "1", "--fast-state", "--json", str(out)])
+    states, logged = [], []
+    data = collectives.collect(args, logged.append, None, {}, states)
+    assert calls == [("commrt", ("broadcast",))] * 2 + [("commrt", ("reduce",))]
+    assert data[2]["broadcast"][("commrt", "auto")][8] == [2.0]     # the second try's
+    assert [(s["kinds"], s["tries"], hoststate.steady(s)) for s in states] == \
+        [(["broadcast"], 2, True), (["reduce"], 1, True)]
+    assert any("fast -> slow" in m for m in logged)
+    assert json.loads(out.read_text())["host"][0]["tries"] == 2
+    assert collectives.state_line(states) == (
+        "(host state: 2 of 2 rounds of a collective fast at both ends; "
+        "1 run again after the state changed under them)")
+
+
+def test_without_fast_state_nothing_is_probed(monkeypatch):
+    from commrt.bench import hoststate
+
+    _recording_systems(monkeypatch)
+    monkeypatch.setattr(hoststate, "now", lambda: pytest.fail("probed"))
+    args = collectives.parse_args(["--kinds", "reduce", "--nranks", "2", "--sizes", "8",
+                                   "--rounds", "1"])
+    states = []
+    collectives.collect(args, lambda m: None, None, {}, states)
+    assert states == []

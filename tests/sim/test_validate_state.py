@@ -1,10 +1,12 @@
-"""The validation's rounds and the host's state: a round is calibrated and measured
-in the fast state where it can be, run again when the state changed under it,
-and counted only where its probes both said fast (sim/validate.py)."""
+"""The host's state around a piece of measurement (bench/hoststate.py
+in_fast_state), and the validation's rounds: calibrated and measured in the
+fast state where they can be, run again when the state changed under them,
+and counted only where their probes both said fast (sim/validate.py)."""
 import json
 
 import pytest
 
+from commrt.bench import hoststate
 from commrt.sim import validate
 
 pytestmark = pytest.mark.timeout(120)
@@ -20,18 +22,17 @@ def _probe(state):
 
 def _scripted(monkeypatch, states):
     """host_state() answers the given states in turn; time.sleep does not sleep."""
-    import time
 
     left = list(states)
-    monkeypatch.setattr(validate, "host_state", lambda: _probe(left.pop(0)))
-    monkeypatch.setattr(time, "sleep", lambda s: None)
+    monkeypatch.setattr(hoststate, "now", lambda: _probe(left.pop(0)))
+    monkeypatch.setattr(hoststate.time, "sleep", lambda s: None)
     return left
 
 
 def test_a_round_waits_for_the_fast_state_before_it_runs(monkeypatch):
     left = _scripted(monkeypatch, ["slow", "slow", "fast", "fast"])
     runs = []
-    got, probes = validate.in_fast_state(lambda: runs.append(1) or "cells", wait=60)
+    got, probes = hoststate.in_fast_state(lambda: runs.append(1) or "cells", wait=60)
     assert got == "cells" and runs == [1] and not left
     assert probes["before"]["state"] == probes["after"]["state"] == "fast"
     assert probes["tries"] == 1
@@ -40,34 +41,33 @@ def test_a_round_waits_for_the_fast_state_before_it_runs(monkeypatch):
 def test_a_round_the_state_changed_under_runs_again(monkeypatch):
     left = _scripted(monkeypatch, ["fast", "slow", "fast", "fast"])
     runs, said = [], []
-    got, probes = validate.in_fast_state(lambda: len(runs.append(1) or runs), said.append,
+    got, probes = hoststate.in_fast_state(lambda: len(runs.append(1) or runs), said.append,
                                          wait=60)
     assert got == 2 and probes["tries"] == 2 and not left
     assert said and "fast -> slow" in said[0]
 
 
 def test_a_host_that_stays_slow_gives_up_after_its_tries(monkeypatch):
-    import time
 
     _scripted(monkeypatch, ["slow"] * 20)
     clock = iter(range(0, 10000, 50))           # every look at the clock: 50 s later
-    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(hoststate.time, "monotonic", lambda: next(clock))
     runs = []
-    got, probes = validate.in_fast_state(lambda: runs.append(1), lambda s: None, wait=60,
+    got, probes = hoststate.in_fast_state(lambda: runs.append(1), lambda s: None, wait=60,
                                          tries=2)
     assert len(runs) == 2 and probes["tries"] == 2
-    assert not validate.is_steady({"host": probes})
+    assert not hoststate.steady(probes) and not validate.is_steady({"host": probes})
 
 
 def test_wait_zero_runs_at_once_whatever_the_state(monkeypatch):
     left = _scripted(monkeypatch, ["slow", "slow", "fast"])
-    got, probes = validate.in_fast_state(lambda: "x", wait=0)
+    got, probes = hoststate.in_fast_state(lambda: "x", wait=0)
     assert got == "x" and probes["tries"] == 1 and left == ["fast"]
     assert probes["before"]["state"] == "slow"
 
 
 def test_the_real_probe_brackets_a_round():
-    got, probes = validate.in_fast_state(lambda: 7, wait=0)
+    got, probes = hoststate.in_fast_state(lambda: 7, wait=0)
     assert got == 7
     for side in ("before", "after"):
         assert probes[side]["state"] in ("fast", "slow")
