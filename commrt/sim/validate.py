@@ -39,9 +39,10 @@ other tests the host, not the model, so each round (each N, or each link
 rate's job) waits for the fast state, is bracketed by a probe, and runs
 again (up to 3 tries in all) where the state changed under it
 (``bench.hoststate.in_fast_state``; ``--any-state`` runs at once).  The
-counts are of the rounds fast at both ends (``steady``; the probes are saved as each round's
-``"host"``, so a replay counts the same way); the table and the last line
-say how many rounds that left and the count over all of them.
+counts are of the rounds fast at both ends (``steady``; the probes are
+saved as each round's ``"host"``, so a replay counts the same way); the
+table and the last line say how many rounds that left and the count over
+all of them.
 """
 import argparse
 import dataclasses
@@ -647,7 +648,7 @@ def replay(files, terms=None, params=None):
         for key, p in saved["params"].items():
             first, r = key.split("|")
             first = first if hosts else int(first)
-            before.setdefault(first, sum(1 for f, _ in params if f == first))
+            before.setdefault(first, sum(1 for seen, _ in params if seen == first))
             params[(first, before[first] + int(r))] = p
         for key, cell in saved["cells"].items():
             first, algo, k = key.split("|")
