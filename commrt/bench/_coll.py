@@ -36,6 +36,18 @@ without it the input never changes, and a rank that reads a peer's input
 real job never does.  The writes are timed apart and taken out of the time
 of the collective (the same for every backend).
 
+``align`` in the spec (bytes, default ALIGN: 64) places every buffer at that
+alignment, as PyTorch's CPU allocator places a tensor (64 bytes); 0 leaves
+it where NumPy's allocator puts it (16 bytes past a page from a fresh mmap,
+anywhere 16-aligned on the heap, which depends on what the process freed
+before).  The single-copy reads are kernel copies (process_vm_readv), and
+those run 1.5-5x slower where source and destination differ in their
+alignment mod 64 (16 MiB: 0.9-1.2 ms mutually aligned, 2.3 ms 16 bytes apart,
+5.5 ms 8 apart, here; a user-space copy does not care).  Left to NumPy, that
+alignment was an accident of each system's allocation history, the same
+from run to run, which kept the same large cells behind
+(docs/performance-collectives.md, "Thirty-sixth session").
+
 ``wire`` in the spec (a ``/sys/class/net/IFNAME/statistics`` directory) adds
 the interface's bytes sent and received per call, read around each timed
 slice; on hosts whose ranks share the interface that is the host's traffic,
@@ -48,6 +60,9 @@ import time
 import numpy as np
 
 SLICES = 5
+# where every benchmark buffer starts (bytes; 0: wherever NumPy puts it): PyTorch's
+# CPU allocator's alignment, so that two ranks' buffers are mutually aligned
+ALIGN = 64
 KINDS = ("broadcast", "reduce", "gather", "scatter", "all_gather", "reduce_scatter",
          "all_to_all", "barrier", "all_reduce")
 # The variable-size collectives (not in "all"; --kinds v names them): rank q's
@@ -67,30 +82,40 @@ def v_counts(kind, nbytes, size):
     return [max(1, block - q) for q in range(size)]
 
 
-def _v_buffers(kind, nbytes, size, rank):
+def zeros(count, align=ALIGN):
+    """count float32 zeros starting at a multiple of align bytes (0: NumPy's own
+    placement)."""
+    if not align:
+        return np.zeros(count, np.float32)
+    raw = np.zeros(count * 4 + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + count * 4].view(np.float32)
+
+
+def _v_buffers(kind, nbytes, size, rank, align=ALIGN):
     c = v_counts(kind, nbytes, size)
     if kind == "all_to_allv":
-        return (np.zeros(sum(c[s][rank] for s in range(size)), np.float32),
-                np.zeros(sum(c[rank]), np.float32))
+        return (zeros(sum(c[s][rank] for s in range(size)), align),
+                zeros(sum(c[rank]), align))
     if kind == "scatterv":
-        return np.zeros(c[rank], np.float32), np.zeros(sum(c), np.float32)
-    return np.zeros(sum(c), np.float32), np.zeros(c[rank], np.float32)
+        return zeros(c[rank], align), zeros(sum(c), align)
+    return zeros(sum(c), align), zeros(c[rank], align)
 
 
-def _buffers(kind, nbytes, size, rank=0):
+def _buffers(kind, nbytes, size, rank=0, align=ALIGN):
     if kind in VKINDS:
-        return _v_buffers(kind, nbytes, size, rank)
+        return _v_buffers(kind, nbytes, size, rank, align)
     count = max(1, nbytes // 4)
     block = max(1, count // size)
     if kind in ("all_gather", "gather"):
-        return np.zeros(block * size, np.float32), np.zeros(block, np.float32)
+        return zeros(block * size, align), zeros(block, align)
     if kind in ("reduce_scatter", "scatter"):
-        return np.zeros(block, np.float32), np.zeros(block * size, np.float32)
+        return zeros(block, align), zeros(block * size, align)
     if kind == "all_to_all":
-        return np.zeros(block * size, np.float32), np.zeros(block * size, np.float32)
+        return zeros(block * size, align), zeros(block * size, align)
     if kind == "barrier":
-        return None, np.zeros(0, np.float32)
-    return None, np.zeros(count, np.float32)
+        return None, zeros(0, align)
+    return None, zeros(count, align)
 
 
 def _v_checked(kind, r, n, out, c):
@@ -183,7 +208,7 @@ def _measure_kind(ops, spec, kind, algos, sizes):
     slices = max(1, spec.get("slices", SLICES))
     out_rows = []
     for nbytes in sizes:
-        out, buf = _buffers(kind, nbytes, ops.size, ops.rank)
+        out, buf = _buffers(kind, nbytes, ops.size, ops.rank, spec.get("align", ALIGN))
         # a variable-size kind's counts at this size, for the backend's run
         ops.counts = v_counts(kind, nbytes, ops.size) if kind in VKINDS else None
         iters = {}

@@ -4,7 +4,7 @@
         [--nranks 2,3,4,8] [--sizes 8,1K,64K,1M,16M,64M] [--algos auto|all|a,b]
         [--transport shm|tcp] [--rounds 3] [--interleave kind|run] [--peers] [--plot-dir docs/img]
         [--markdown out.md] [--json out.json] [--counts] [--fresh-inputs] [--fast-state]
-        [--busy K]
+        [--buffer-align 64] [--busy K]
 
 For every world size and collective, each round launches every backend once
 (commrt, with ``--peers`` mpi4py on OpenMPI with its default single-copy (CMA)
@@ -51,7 +51,10 @@ after, and runs the round again, up to 3 tries, where the state changed
 under it; only the last try is filed): the interleaving keeps systems a few
 seconds apart, and this keeps a flip from landing between them.  The probes
 go into the JSON (``"host"``) and the report says how many rounds were fast
-at both ends.  ``allreduce`` and
+at both ends.  ``--buffer-align`` places every system's buffers (``_coll``:
+64 bytes by default, as PyTorch places a tensor; 0 leaves it to NumPy, whose
+placement made the kernel's single-copy reads 1.5-5x slower by accident of
+each process's allocations).  ``allreduce`` and
 the per-collective benchmark names run this with one collective.
 """
 import argparse
@@ -60,7 +63,7 @@ import json
 import subprocess
 import sys
 
-from commrt.bench import _peers, hoststate
+from commrt.bench import _coll, _peers, hoststate
 from commrt.bench._coll import KINDS, VKINDS
 from commrt.bench._stats import Summary, fmt_size, parse_size, table
 
@@ -105,7 +108,8 @@ def collect(args, log, counts=None, choices=None, states=None):
     for n in args.nranks:
         per = data.setdefault(n, {k: {} for k in args.kinds})
         spec = {"kinds": args.kinds, "sizes": args.sizes, "target_s": args.target_s,
-                "slices": args.slices, "counts": counts is not None, "fresh": args.fresh_inputs}
+                "slices": args.slices, "counts": counts is not None, "fresh": args.fresh_inputs,
+                "align": args.buffer_align}
         mine = dict(spec, algos={k: algorithms(k, args.algos) for k in args.kinds})
         theirs = dict(spec, algos={k: ["default"] for k in args.kinds})
         jobs = [("commrt", mine, lambda sp, n=n: _peers.run_commrt(n, sp, args.transport,
@@ -386,6 +390,9 @@ def parse_args(argv, kinds=None):
                    help="also CPU time and context switches per call (getrusage)")
     p.add_argument("--fresh-inputs", action="store_true",
                    help="write the input before every call (timed apart), as training does")
+    p.add_argument("--buffer-align", type=int, default=_coll.ALIGN, metavar="BYTES",
+                   help="every system's buffers start at this alignment (default 64, "
+                        "PyTorch's; 0: wherever NumPy puts them)")
     p.add_argument("--fast-state", action="store_true",
                    help="run each round of a collective (every system's launch) in the "
                         "host's fast state: wait for it, run the round again where it "

@@ -77,6 +77,20 @@ BETA_SIZES = (8 << 10, 32 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 2
 SHIFT_SIZES = (8 << 10, 32 << 10, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 8 << 20)
 
 
+def _pair_buffers(nbytes):
+    """(ones, zeros) of nbytes each, placed as the benchmarks place theirs
+    (bench/_coll.py ALIGN): a kernel copy between buffers of different
+    alignment mod 64 runs 1.5-5x slower, so the calibration's point-to-point
+    figures and the measured collectives must agree on it."""
+    import numpy as np
+
+    from commrt.bench._coll import zeros
+
+    out, into = zeros(-(-nbytes // 4)), zeros(-(-nbytes // 4))
+    out[:] = 1.0
+    return out.view(np.uint8)[:nbytes], into.view(np.uint8)[:nbytes]
+
+
 def _exchange(comm, out, dst, into, src, timeout):
     """One step of an exchange as the schedules' plain receives make it: the
     receive posted, then the send, both waited for, the transport choosing
@@ -94,9 +108,7 @@ def _exchange_time(comm, peer, nbytes, reps=11):
     as a step of an exchange; point to point, no collective) after two warm-ups."""
     import time
 
-    import numpy as np
-
-    out, into = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+    out, into = _pair_buffers(nbytes)
     times = []
     for i in range(reps + 2):
         t0 = time.perf_counter()
@@ -111,9 +123,7 @@ def _pingpong_time(comm, peer, nbytes, reps=9):
     1 answering with as many (one copy at a time), halved: one way's time."""
     import time
 
-    import numpy as np
-
-    out, into = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+    out, into = _pair_buffers(nbytes)
     times = []
     for i in range(reps + 2):
         t0 = time.perf_counter()
@@ -191,7 +201,8 @@ def _pattern_times(comm, pairs, sizes, target_s=0.12, batches=3, chained=False, 
         hook = combine_address("sum", np.dtype(np.float32))
     for k in sizes:
         dt, count = (np.float32, k // 4) if land else (np.uint8, k)
-        a, b = np.ones(count, dt), np.zeros(count, dt)
+        a, b = _pair_buffers(k)
+        a, b = a.view(dt), b.view(dt)
 
         if chained:
             lap = _chained_lap(comm, pairs, a, b, hook)
@@ -257,14 +268,12 @@ def _pair_times(comm, pair, sizes, reps=5):
     threads, per exchange, the median); the other ranks wait in the broadcast."""
     import time
 
-    import numpy as np
-
     got = None
     if comm.rank in pair:
         peer = pair[1] if comm.rank == pair[0] else pair[0]
         got = []
         for k in sizes:
-            out, into = np.ones(k, np.uint8), np.zeros(k, np.uint8)
+            out, into = _pair_buffers(k)
             walls, cpus = [], []
             for i in range(reps + 2):
                 c0, t0 = time.process_time(), time.perf_counter()
@@ -291,7 +300,7 @@ def _idle_pair_times(comm, pair, sizes, reps=7):
         tick, tock = np.ones(8, np.uint8), np.zeros(8, np.uint8)
         got = []
         for k in sizes:
-            out, into = np.ones(k, np.uint8), np.zeros(k, np.uint8)
+            out, into = _pair_buffers(k)
             walls = []
             for i in range(reps + 1):
                 time.sleep(IDLE_S)

@@ -1264,6 +1264,13 @@ cdef int size_copies() except -1:
     return 0
 
 
+def _bounce_at(size_t base, uint64_t addr):
+    """Where a CMA read of the peer's addr lands in a bounce buffer at base
+    (shm.pxi aligned_like): base plus at most 2 * CMA_ALIGN - 2, at addr's
+    offset mod CMA_ALIGN.  For the tests."""
+    return <size_t>aligned_like(<char *>base, addr)
+
+
 def _set_cma_piece(uint64_t piece):
     """Reduce-receives over CMA read in pieces of `piece` bytes (a multiple of
     4096, at least 4096); to measure one size against another.  The old size.

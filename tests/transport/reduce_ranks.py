@@ -125,3 +125,31 @@ def in_pieces(comm, piece, n, dtype, op):
         return pairwise(comm, n, dtype, op, False)
     finally:
         _core._set_cma_piece(old)
+
+
+def at_offsets(comm, n, dtype, offsets):
+    """pairwise()'s exchange of reduce-receives with each rank's buffers placed at
+    each byte offset (from a 64-byte boundary) in turn, the two ranks' offsets
+    differing: the bounce buffer of a CMA read takes the sender's offset
+    (shm.pxi aligned_like), so every placement must combine every element."""
+    dtype = np.dtype(dtype)
+    peer = 1 - comm.rank
+    hook = combine_address("sum", dtype)
+    out = []
+    for i, off in enumerate(offsets):
+        mine = offsets[(i + comm.rank) % len(offsets)]      # the peer's differs
+        raw_b = np.zeros(n * dtype.itemsize + 128, np.uint8)
+        raw_s = np.zeros(n * dtype.itemsize + 128, np.uint8)
+        start = (-raw_b.ctypes.data) % 64 + mine
+        buf = raw_b[start:start + n * dtype.itemsize].view(dtype)
+        start = (-raw_s.ctypes.data) % 64 + mine
+        src = raw_s[start:start + n * dtype.itemsize].view(dtype)
+        buf[:] = values(comm.rank, n, dtype)
+        src[:] = values(comm.rank, n, dtype)
+        rq = comm._irecv_reduce(buf, peer, TAG, META, hook)
+        sq = comm.isend(src, peer, TAG, meta=META)
+        rq.wait(60)
+        sq.wait(60)
+        want = values(comm.rank, n, dtype) + values(peer, n, dtype)
+        out.append((off, mine, src.ctypes.data % 64, bool(np.array_equal(buf, want))))
+    return out
