@@ -245,8 +245,8 @@ cdef enum:
 
 
 cdef inline char *aligned_like(char *base, uint64_t addr) noexcept nogil:
-    """The first address from base whose offset mod CMA_ALIGN is addr's (at most
-    2 * CMA_ALIGN - 2 past base)."""
+    """base rounded up to a multiple of CMA_ALIGN, plus addr's offset mod
+    CMA_ALIGN: at most 2 * CMA_ALIGN - 2 past base (the buffer's slack)."""
     cdef size_t up = (CMA_ALIGN - (<size_t>base & (CMA_ALIGN - 1))) & (CMA_ALIGN - 1)
     return base + up + <size_t>(addr & (CMA_ALIGN - 1))
 
