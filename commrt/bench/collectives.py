@@ -31,8 +31,8 @@ one's, with its name (auto and its namesake run the same plan; measured
 apart, two loops of one 8-byte plan at N = 4 differ by up to 2x from slice
 to slice, more than the choices do; the auto column's own time where the
 choice is not known, as when COMMRT_<COLLECTIVE>_ALGO forces it).
-``--json`` is rewritten after every launch, so a run cut short keeps its
-samples.  ``--plot-dir`` writes
+``--json`` is rewritten after every round of a collective (every system's
+launch of it), so a run cut short keeps its samples.  ``--plot-dir`` writes
 ``collectives-<kind>.png`` (busbw, or time for the barrier, against size, a
 line per system, a panel per N); ``--markdown`` the tables as Markdown
 (docs/performance-collectives.md).  ``--counts`` adds a table of what a
@@ -407,6 +407,9 @@ def parse_args(argv, kinds=None):
         p.error(f"unknown collective(s) {', '.join(bad)}; expected {', '.join(KINDS + VKINDS)}")
     args.nranks = [int(x) for x in args.nranks.split(",")]
     args.sizes = [parse_size(x) for x in args.sizes.split(",")]
+    if args.buffer_align < 0:
+        p.error(f"--buffer-align must be 0 (NumPy's placement) or a number of bytes, "
+                f"not {args.buffer_align}")
     return args
 
 

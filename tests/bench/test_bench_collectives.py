@@ -381,6 +381,8 @@ def test_benchmark_buffers_start_at_the_asked_alignment(kind):
     args = collectives.parse_args(["--kinds", kind, "--buffer-align", "0"])
     assert args.buffer_align == 0
     assert collectives.parse_args(["--kinds", kind]).buffer_align == 64
+    with pytest.raises(SystemExit):
+        collectives.parse_args(["--kinds", kind, "--buffer-align", "-64"])
 
 
 def test_the_aligned_buffers_go_through_a_real_collective_checked():
