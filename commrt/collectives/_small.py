@@ -40,6 +40,7 @@ from commrt import _lazy
 from commrt.collectives._entry import RANGED, SMALL, PlanCore
 from commrt.collectives.call import Call
 from commrt.collectives.fingerprint import DTYPE_CODE, SEQ_MASK, TAG, algo_code, kind_code, pack
+from commrt.transport.buffers import aligned_empty
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 ALGO = "recursive_doubling"
@@ -73,7 +74,7 @@ class Plan(PlanCore):
         self.base, self.meta2 = pack(0, kind_code(kind), algo_code(kind, algo), self.count,
                          DTYPE_CODE[buf.dtype] if kernel is not None else 0,
                          op.value if op is not None else 0, 0)
-        self.tmp = np.empty_like(buf) if kernel is not None else buf   # barrier: 0 bytes
+        self.tmp = aligned_empty(buf.size, buf.dtype) if kernel is not None else buf   # barrier: 0 bytes
         self.steps = steps
         self.nsteps = len(steps)
         hooks = [0] * len(steps)

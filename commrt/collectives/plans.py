@@ -53,6 +53,7 @@ from commrt.collectives.chunking import offsets
 from commrt.collectives.call import Call, Recv
 from commrt.collectives.fingerprint import DTYPE_CODE, SEQ_MASK, TAG, algo_code, kind_code, pack
 from commrt.comm import Channel
+from commrt.transport.buffers import aligned_empty
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
 RECV, SEND, COPY = 0, 1, 2          # chain message kinds (transport/chain.pxi)
@@ -458,7 +459,7 @@ def _keep_whole(comm, st, key, algo, buf, op, red, steps, hooks):
     (C address, our operand first)), a scratch buffer of the buffer's size."""
     nb = buf.nbytes
     _small._keep(st, key, SchedPlan(comm, st, "all_reduce", algo, buf.size, buf.dtype, op, 0,
-                                    steps, np.empty(nb, np.uint8), nb, 0, op.name == "AVG",
+                                    steps, aligned_empty(nb, np.uint8), nb, 0, op.name == "AVG",
                                     hooks, red.kernel))
 
 
@@ -622,7 +623,7 @@ def prepare(comm, st, key, kind, algo, count, dtype, nbytes, in_nbytes, sched_co
             steps = _copied_each(lambda nbytes: mod.copier(comm.channel, st.cache, nbytes),
                                  steps)
         if steps is not None and (tmp_nbytes or 0) <= MAX_TMP_BYTES:
-            tmp = None if tmp_nbytes is None else np.empty(tmp_nbytes, np.uint8)
+            tmp = None if tmp_nbytes is None else aligned_empty(tmp_nbytes, np.uint8)
             avg = op is not None and op.name == "AVG"
             _small._keep(st, key, SchedPlan(comm, st, kind, algo, count, dtype, op, root, steps,
                                             tmp, max(nbytes, 0), max(in_nbytes, 0), avg))

@@ -18,6 +18,7 @@ from commrt import _lazy
 from commrt import config
 from commrt.comm import check_timeout
 from commrt.errors import CommTimeoutError, ConcurrentCollectiveError
+from commrt.transport.buffers import aligned_empty
 from commrt.collectives._entry import History, State
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
@@ -75,7 +76,7 @@ class CommState(State):
         need = max(1, count * dtype.itemsize)
         buf = self._scratch.get(slot)
         if buf is None or buf.nbytes < need:
-            buf = np.empty(need, np.uint8)
+            buf = aligned_empty(need, np.uint8)
             self._scratch[slot] = buf
         return buf[: count * dtype.itemsize].view(dtype)
 

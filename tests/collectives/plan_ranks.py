@@ -604,3 +604,19 @@ def _vcall_counts(c, kind, seed, how):
                                         sum(cnt(q, p) for p in range(r + 1))]
                                for q in range(size)])
         check(out, want, None, kind)
+
+
+def buffer_offsets(comm):
+    """After every kind's planned calls and a ring reduce-scatter on the general
+    path (receives into state scratch): each kept plan's scratch and each scratch
+    buffer's start mod 64 (the kernel's copy is slow between addresses that
+    differ there, and PyTorch's tensors start at multiples of 64)."""
+    for kind in KINDS:
+        call(comm, kind, 1, 3000)
+        call(comm, kind, 2, 3000)
+    buf = np.ones(comm.size * 5000, np.float32)
+    C.reduce_scatter(comm, np.zeros(5000, np.float32), buf, algorithm="ring")
+    st = comm.state["collectives"]
+    plans = [p.tmp.ctypes.data % 64 for p in st.small.values()
+             if getattr(p, "tmp", None) is not None and p.tmp.nbytes]
+    return plans, [b.ctypes.data % 64 for b in st._scratch.values()]

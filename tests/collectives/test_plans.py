@@ -786,3 +786,10 @@ def test_variable_size_counts_are_checked_before_a_plan_runs():
         for errors, gen_ok, numpy_ints_planned in w.run(P.v_counts_checked_on_the_plan):
             assert errors == ["TypeError", "TypeError", "ValueError"], errors
             assert gen_ok and numpy_ints_planned
+
+
+def test_plan_and_scratch_buffers_start_at_multiples_of_64(world):
+    for plan_offsets, scratch_offsets in world.run(P.buffer_offsets):
+        assert plan_offsets and set(plan_offsets) == {0}
+        assert world.size < 3 or scratch_offsets      # the ring's (N = 2 combines directly)
+        assert set(scratch_offsets) <= {0}
