@@ -4,7 +4,7 @@
         [--nranks 2,3,4,8] [--sizes 8,1K,64K,1M,16M,64M] [--algos auto|all|a,b]
         [--transport shm|tcp] [--rounds 3] [--interleave kind|run] [--peers] [--plot-dir docs/img]
         [--markdown out.md] [--json out.json] [--counts] [--fresh-inputs] [--fast-state]
-        [--buffer-align 64] [--busy K]
+        [--buffer-align 64] [--buffer-pages huge|small|allocator] [--busy K]
 
 For every world size and collective, each round launches every backend once
 (commrt, with ``--peers`` mpi4py on OpenMPI with its default single-copy (CMA)
@@ -54,7 +54,13 @@ go into the JSON (``"host"``) and the report says how many rounds were fast
 at both ends.  ``--buffer-align`` places every system's buffers (``_coll``:
 64 bytes by default, as PyTorch places a tensor; 0 leaves it to NumPy, whose
 placement made the kernel's single-copy reads 1.5-5x slower by accident of
-each process's allocations).  ``allreduce`` and
+each process's allocations).  ``--buffer-pages`` chooses the pages under
+every buffer of 2 MiB or more, for every system alike: ``huge`` (default; a
+mapping of its own, advised to 2 MiB pages, as NumPy gives a fresh large
+array and PyTorch with THP_MEM_ALLOC_ENABLE=1), ``small`` (4 KiB pages, as
+PyTorch's default allocator gives where THP is ``madvise``), ``allocator``
+(NumPy's, which depends on what the process freed before).  The kernel's
+single-copy reads run about 3x slower over small pages.  ``allreduce`` and
 the per-collective benchmark names run this with one collective.
 """
 import argparse
@@ -109,7 +115,7 @@ def collect(args, log, counts=None, choices=None, states=None):
         per = data.setdefault(n, {k: {} for k in args.kinds})
         spec = {"kinds": args.kinds, "sizes": args.sizes, "target_s": args.target_s,
                 "slices": args.slices, "counts": counts is not None, "fresh": args.fresh_inputs,
-                "align": args.buffer_align}
+                "align": args.buffer_align, "pages": args.buffer_pages}
         mine = dict(spec, algos={k: algorithms(k, args.algos) for k in args.kinds})
         theirs = dict(spec, algos={k: ["default"] for k in args.kinds})
         jobs = [("commrt", mine, lambda sp, n=n: _peers.run_commrt(n, sp, args.transport,
@@ -393,6 +399,9 @@ def parse_args(argv, kinds=None):
     p.add_argument("--buffer-align", type=int, default=_coll.ALIGN, metavar="BYTES",
                    help="every system's buffers start at this alignment (default 64, "
                         "PyTorch's; 0: wherever NumPy puts them)")
+    p.add_argument("--buffer-pages", choices=_coll.PAGE_POLICIES, default=_coll.PAGES,
+                   help="the pages under every system's buffers of 2 MiB or more: huge "
+                        "(default), small (4 KiB), allocator (NumPy's)")
     p.add_argument("--fast-state", action="store_true",
                    help="run each round of a collective (every system's launch) in the "
                         "host's fast state: wait for it, run the round again where it "

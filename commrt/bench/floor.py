@@ -80,7 +80,11 @@ class Work:
     def __init__(self, comm, nbytes, piece):
         self.comm, self.rank, self.n = comm, comm.rank, comm.size
         self.m = m = max(1, nbytes // 4 // self.n)
-        self.data = np.zeros(self.n * m, np.float32)
+        # placed and paged as every benchmark's buffers (_coll.zeros: 64-aligned,
+        # huge pages from 2 MiB), as the collectives it is compared with
+        from commrt.bench._coll import zeros
+
+        self.data = zeros(self.n * m)
         self.bounce = np.empty(max(1, min(piece // 4, m)), np.float32)
         # every rank's (pid, address of its buffer)
         self.where = comm.all_gather_obj((os.getpid(), self.data.ctypes.data))

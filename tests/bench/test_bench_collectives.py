@@ -392,3 +392,74 @@ def test_the_aligned_buffers_go_through_a_real_collective_checked():
                                 "algos": {"all_gather": ["auto"], "all_to_all": ["auto"]},
                                 "target_s": 0.01, "slices": 1, "align": 64}, "shm", 120)
     assert {row["kind"] for row in res["rows"]} == {"all_gather", "all_to_all"}
+
+
+def _pages_under(a):
+    """The kernel's page size(s) under array a, from /proc/self/smaps: the
+    mapping holding it, and whether any of it sits on huge pages."""
+    lo = a.ctypes.data
+    with open("/proc/self/smaps") as f:
+        text = f.read().split("\n")
+    for i, line in enumerate(text):
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:
+            start, end = (int(x, 16) for x in head[0].split("-"))
+            if start <= lo < end:
+                fields = {}
+                for entry in text[i + 1:]:
+                    parts = entry.split()
+                    if parts and "-" in parts[0] and len(parts) >= 5:
+                        break
+                    if len(parts) >= 2 and parts[0].endswith(":"):
+                        fields[parts[0][:-1]] = parts[1]
+                return start, end, int(fields.get("AnonHugePages", 0)), fields.get("THPeligible")
+    raise AssertionError("no mapping holds the buffer")
+
+
+def _thp_mode():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "never"
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "all_reduce", "all_to_allv"])
+def test_large_buffers_sit_on_the_asked_pages(kind):
+    """From 2 MiB on, every system's buffers come from a mapping of their own on
+    huge pages by default (small ones with --buffer-pages small), so the
+    kernel's single-copy reads do not depend on what the process freed before;
+    still aligned, zeroed and contiguous, and smaller buffers as before."""
+    nbytes = 8 << 20
+    for pages in ("huge", "small"):
+        out, buf = _coll._buffers(kind, nbytes, 2, 0, 64, pages)
+        big = out if out is not None and out.nbytes >= buf.nbytes else buf
+        assert big.nbytes >= _coll.HUGE_MIN and not big.any()
+        big[:] = 1.0                                   # fault every page in
+        start, end, huge_kb, eligible = _pages_under(big)
+        assert big.ctypes.data % (2 << 20) == 0       # a huge page's boundary
+        assert end - start >= big.nbytes               # its own mapping
+        if pages == "small":
+            assert huge_kb == 0 and eligible == "0"
+        elif _thp_mode() != "never":
+            # advised (under THP "madvise" only an advised mapping is eligible);
+            # whether the kernel found free huge pages is its business
+            assert eligible == "1"
+    small = _coll._buffers(kind, 1 << 16, 2, 0, 64, "huge")[1]
+    assert small.ctypes.data % 64 == 0 and small.nbytes < _coll.HUGE_MIN
+    args = collectives.parse_args(["--kinds", kind])
+    assert args.buffer_pages == "huge"
+    assert collectives.parse_args(["--kinds", kind, "--buffer-pages", "small"]).buffer_pages == \
+        "small"
+    with pytest.raises(SystemExit):
+        collectives.parse_args(["--kinds", kind, "--buffer-pages", "tiny"])
+
+
+def test_the_asked_pages_go_through_a_real_collective_checked():
+    """Buffers on mappings of their own carry a checked collective (the worker
+    checks every result) for both page policies."""
+    for pages in ("huge", "small"):
+        res = _peers.run_commrt(2, {"kinds": ["all_reduce"], "sizes": [4 << 20],
+                                    "algos": {"all_reduce": ["auto"]}, "target_s": 0.01,
+                                    "slices": 1, "align": 64, "pages": pages}, "shm", 120)
+        assert [row["kind"] for row in res["rows"]] == ["all_reduce"]
