@@ -32,8 +32,9 @@ environment given to every rank:
   HOROVOD_LOCAL_SIZE, HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE, HOROVOD_HOSTNAME,
   COMMRT_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT (0, then 1, 2, ... after
   --max-restarts restarts), TORCHELASTIC_MAX_RESTARTS, COMMRT_IFNAME with
-  --network-interface, PYTHONUNBUFFERED=1 and OMP_NUM_THREADS (this host's cores
-  shared among its ranks) unless already set.
+  --network-interface, PYTHONUNBUFFERED=1, OMP_NUM_THREADS (this host's cores
+  shared among its ranks) and THP_MEM_ALLOC_ENABLE=1 (PyTorch's large tensors on
+  huge pages: faster single-copy reads) unless already set.
 
 failure:
   when a rank exits non-zero or dies by a signal, the others get SIGTERM, then

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from commrt.launcher import hosts as hostmod
+from commrt.launcher.rankenv import with_defaults
 from commrt.launcher.signals import signal_group
 from commrt.rendezvous import auth
 from commrt.rendezvous.store import Store, StoreServer
@@ -173,7 +174,7 @@ class Driver:
             for name in _SECRET_VARS:
                 full.pop(name, None)
             full.update(env, COMMRT_SECRET_FD=str(self.secret_fd))
-            full.setdefault("OMP_NUM_THREADS", "1")
+            with_defaults(full, 1)
             proc = subprocess.Popen(self.spec.command, env=full, start_new_session=True,
                                     preexec_fn=child_setup, pass_fds=(self.secret_fd,))
         else:

@@ -37,6 +37,7 @@ from typing import Dict, List, Optional
 from commrt.errors import StoreError
 from commrt.launcher import hosts as hostmod
 from commrt.launcher.output import STDERR, STDOUT, OutputRouter
+from commrt.launcher.rankenv import HUGE_PAGES, with_defaults
 from commrt.launcher.signals import FORWARDED as _FORWARDED, signal_group
 from commrt.rendezvous import auth
 from commrt.rendezvous.store import StoreServer
@@ -313,9 +314,7 @@ class Job:
             for name in ("COMMRT_SECRET", "COMMRT_SECRET_FILE"):  # ours is in the fd;
                 full.pop(name, None)                              # never a stale one
             full.update(env)
-            full.setdefault("PYTHONUNBUFFERED", "1")
-            if "OMP_NUM_THREADS" not in full:
-                full["OMP_NUM_THREADS"] = str(omp_share(r.placement.local_size))
+            with_defaults(full, omp_share(r.placement.local_size))
             return self.spec.command, full, subprocess.DEVNULL
         argv = self.spec.ssh_cmd + [r.placement.host, sys.executable, "-m",
                                     "commrt.launcher.remote"]
@@ -328,7 +327,7 @@ class Job:
 
         env = {k: v for k, v in os.environ.items()
                if k.startswith(_LAUNCHER_KNOBS) and k not in ("COMMRT_SECRET", "COMMRT_SECRET_FILE")}
-        for name in ("PYTHONPATH", "OMP_NUM_THREADS", "PYTHONUNBUFFERED"):
+        for name in ("PYTHONPATH", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", HUGE_PAGES[0]):
             if name in os.environ:
                 env[name] = os.environ[name]
         env.update(self._rank_env(r))

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from commrt.launcher.binding import BindError, core_block
+from commrt.launcher.rankenv import with_defaults
 from commrt.launcher.signals import FORWARDED as _FORWARDED, signal_group
 
 _PR_SET_PDEATHSIG = 1
@@ -48,10 +49,8 @@ def start_rank(spec, secret_fd):
     env["COMMRT_SECRET_FD"] = str(secret_fd)
     env.pop("COMMRT_SECRET", None)
     env.pop("COMMRT_SECRET_FILE", None)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if "OMP_NUM_THREADS" not in env:
-        cores = len(os.sched_getaffinity(0))
-        env["OMP_NUM_THREADS"] = str(max(1, cores // max(1, int(spec.get("local_size", 1)))))
+    cores = len(os.sched_getaffinity(0))
+    with_defaults(env, max(1, cores // max(1, int(spec.get("local_size", 1)))))
     cwd = spec.get("cwd")
     if not (cwd and os.path.isdir(cwd)):
         cwd = None
