@@ -1,6 +1,9 @@
 """Tests marked `long` run only with COMMRT_LONG_TESTS=1: each is a second
 transport, world size or launcher of a case the default suite already runs,
-deselected (not skipped) so that CI's suite stays within its 20 minutes."""
+deselected (not skipped) so that CI's suite stays within its 20 minutes; and the
+fixtures tests in several folders share."""
+import pytest
+
 from commrt import config as commrt_config
 
 
@@ -25,3 +28,14 @@ def pytest_collection_modifyitems(config, items):
 
 def _long():
     return commrt_config.get("COMMRT_LONG_TESTS")
+
+
+@pytest.fixture
+def thp_mode():
+    """The kernel's transparent huge page mode: "always", "madvise" or "never"
+    (also where the kernel has none)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "never"

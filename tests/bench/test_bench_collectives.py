@@ -416,16 +416,8 @@ def _pages_under(a):
     raise AssertionError("no mapping holds the buffer")
 
 
-def _thp_mode():
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            return f.read().split("[")[1].split("]")[0]
-    except (OSError, IndexError):
-        return "never"
-
-
 @pytest.mark.parametrize("kind", ["all_gather", "all_reduce", "all_to_allv"])
-def test_large_buffers_sit_on_the_asked_pages(kind):
+def test_large_buffers_sit_on_the_asked_pages(kind, thp_mode):
     """From 2 MiB on, every system's buffers come from a mapping of their own on
     huge pages by default (small ones with --buffer-pages small), so the
     kernel's single-copy reads do not depend on what the process freed before;
@@ -441,7 +433,7 @@ def test_large_buffers_sit_on_the_asked_pages(kind):
         assert end - start >= big.nbytes               # its own mapping
         if pages == "small":
             assert huge_kb == 0 and eligible == "0"
-        elif _thp_mode() != "never":
+        elif thp_mode != "never":
             # advised (under THP "madvise" only an advised mapping is eligible);
             # whether the kernel found free huge pages is its business
             assert eligible == "1"

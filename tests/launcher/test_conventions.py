@@ -396,16 +396,8 @@ for line in lines:
 """
 
 
-def _thp_mode():
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            return f.read().split("[")[1].split("]")[0]
-    except (OSError, IndexError):
-        return "never"
-
-
 @pytest.mark.parametrize("remote", [False, True])
-def test_pytorch_tensors_on_huge_pages_unless_the_user_says_otherwise(remote):
+def test_pytorch_tensors_on_huge_pages_unless_the_user_says_otherwise(remote, thp_mode):
     """Every rank gets THP_MEM_ALLOC_ENABLE=1 (PyTorch's allocator then advises
     huge pages for tensors of 2 MiB or more: the kernel's single-copy reads run
     ~3x faster over them); a value the user set is kept, also across ssh."""
@@ -422,8 +414,7 @@ def test_pytorch_tensors_on_huge_pages_unless_the_user_says_otherwise(remote):
     assert _rows(kept) == {0: ["0"], 1: ["0"]}
     # and PyTorch acts on it: the tensor's mapping is advised (THP "madvise"
     # makes only advised mappings eligible; "always" makes every one)
-    mode = _thp_mode()
-    for value, want in ((None, mode != "never"), ("0", mode == "always")):
+    for value, want in ((None, thp_mode != "never"), ("0", thp_mode == "always")):
         run_env = dict(env) if value is None else clean_env(THP_MEM_ALLOC_ENABLE=value)
         out = launch(where + [sys.executable, "-c", TENSOR_PAGES], env=run_env, timeout=120)
         assert out.returncode == 0, out.stderr
