@@ -39,3 +39,32 @@ def thp_mode():
             return f.read().split("[")[1].split("]")[0]
     except (OSError, IndexError):
         return "never"
+
+
+@pytest.fixture
+def pages_under():
+    """f(array) -> (start, end, AnonHugePages kB, THPeligible) of the mapping
+    holding the array, from /proc/self/smaps."""
+    return _pages_under
+
+
+def _pages_under(a):
+    """The kernel's page size(s) under array a, from /proc/self/smaps: the
+    mapping holding it, and whether any of it sits on huge pages."""
+    lo = a.ctypes.data
+    with open("/proc/self/smaps") as f:
+        text = f.read().split("\n")
+    for i, line in enumerate(text):
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:
+            start, end = (int(x, 16) for x in head[0].split("-"))
+            if start <= lo < end:
+                fields = {}
+                for entry in text[i + 1:]:
+                    parts = entry.split()
+                    if parts and "-" in parts[0] and len(parts) >= 5:
+                        break
+                    if len(parts) >= 2 and parts[0].endswith(":"):
+                        fields[parts[0][:-1]] = parts[1]
+                return start, end, int(fields.get("AnonHugePages", 0)), fields.get("THPeligible")
+    raise AssertionError("no mapping holds the buffer")

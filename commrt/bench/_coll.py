@@ -59,6 +59,8 @@ import time
 
 import numpy as np
 
+from commrt.transport.buffers import HUGE_MIN, mapped_zeros
+
 SLICES = 5
 # where every benchmark buffer starts (bytes; 0: wherever NumPy puts it): PyTorch's
 # CPU allocator's alignment, so that two ranks' buffers are mutually aligned
@@ -72,7 +74,6 @@ ALIGN = 64
 # small pages it was first touched with.
 PAGES = "huge"
 PAGE_POLICIES = ("huge", "small", "allocator")
-HUGE_MIN = 2 << 20
 KINDS = ("broadcast", "reduce", "gather", "scatter", "all_gather", "reduce_scatter",
          "all_to_all", "barrier", "all_reduce")
 # The variable-size collectives (not in "all"; --kinds v names them): rank q's
@@ -98,31 +99,11 @@ def zeros(count, align=ALIGN, pages=PAGES):
     with the pages asked for ("huge", "small"; "allocator": NumPy's)."""
     if not align:
         return np.zeros(count, np.float32)
-    if pages != "allocator" and count * 4 >= HUGE_MIN:
-        return _mapped(count, align, pages)
+    if pages != "allocator" and count * 4 >= HUGE_MIN and HUGE_MIN % align == 0:
+        return mapped_zeros(count * 4, pages == "huge").view(np.float32)
     raw = np.zeros(count * 4 + align, np.uint8)
     start = (-raw.ctypes.data) % align
     return raw[start:start + count * 4].view(np.float32)
-
-
-def _mapped(count, align, pages):
-    """zeros from a private anonymous mapping of their own (zero-filled by the
-    kernel), advised to huge pages or away from them; the array keeps the mapping
-    alive and unmapping follows its last reference."""
-    import mmap
-
-    nbytes = count * 4
-    # room to start on a huge page's boundary (a multiple of any align up to it),
-    # so that every whole 2 MiB of the buffer can be one page
-    room = max(align, HUGE_MIN)
-    mm = mmap.mmap(-1, nbytes + room, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    try:    # before the first touch: the pages are chosen when they fault in
-        mm.madvise(mmap.MADV_HUGEPAGE if pages == "huge" else mmap.MADV_NOHUGEPAGE)
-    except OSError:         # a kernel without transparent huge pages: small ones
-        pass
-    raw = np.frombuffer(mm, np.uint8)
-    start = (-raw.ctypes.data) % room
-    return raw[start:start + nbytes].view(np.float32)
 
 
 def _v_buffers(kind, nbytes, size, rank, align=ALIGN, pages=PAGES):

@@ -27,7 +27,7 @@ collectives take NumPy arrays straight and come here for everything else.
 from commrt import _lazy
 np = _lazy.module("numpy", globals(), "np")   # loaded on first use (a barrier needs none)
 
-__all__ = ["Buffer", "aligned_empty", "describe", "register", "stage"]
+__all__ = ["Buffer", "aligned_empty", "describe", "mapped_zeros", "register", "stage"]
 
 # Where commrt allocates memory that messages land in or leave from (scratch,
 # plans' receive buffers) it starts at a multiple of this.  The kernel's copy
@@ -37,6 +37,10 @@ __all__ = ["Buffer", "aligned_empty", "describe", "register", "stage"]
 # placement is 16 bytes past one for a fresh mmap, anywhere on a 16-byte grid
 # from the heap.
 ALIGN = 64
+# From here on (a huge page's size) commrt's own buffers get huge pages of their
+# own: the kernel's copy runs ~3x slower over 4 KiB pages (docs/transport.md),
+# and memory glibc reuses from its heap keeps whatever pages it had.
+HUGE_MIN = 2 << 20
 
 
 class Buffer:
@@ -65,12 +69,33 @@ class Buffer:
 
 def aligned_empty(count, dtype, align=ALIGN):
     """An uninitialised 1-D array of count elements of dtype whose first byte is
-    at a multiple of align."""
+    at a multiple of align; from HUGE_MIN bytes on, on huge pages of its own
+    (mapped_zeros)."""
     dtype = np.dtype(dtype)
     nbytes = count * dtype.itemsize
+    if nbytes >= HUGE_MIN and HUGE_MIN % align == 0:
+        return mapped_zeros(nbytes, True).view(dtype)
     raw = np.empty(nbytes + align, np.uint8)
     start = (-raw.ctypes.data) % align
     return raw[start:start + nbytes].view(dtype)
+
+
+def mapped_zeros(nbytes, huge):
+    """nbytes zero bytes (a uint8 array) in a private anonymous mapping of their
+    own, starting on a huge page's boundary, advised to huge pages (huge) or
+    away from them.  Pages come from the kernel, not from the heap, so what
+    the process freed before does not decide them; the array keeps the
+    mapping alive and unmapping follows its last reference."""
+    import mmap
+
+    mm = mmap.mmap(-1, nbytes + HUGE_MIN, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:    # before the first touch: the pages are chosen when they fault in
+        mm.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
+    except (OSError, AttributeError):   # no transparent huge pages here: small ones
+        pass
+    raw = np.frombuffer(mm, np.uint8)
+    start = (-raw.ctypes.data) % HUGE_MIN
+    return raw[start:start + nbytes]
 
 
 _ADAPTERS = {}          # type -> adapter(obj, writable, name) -> Buffer

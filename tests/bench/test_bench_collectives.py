@@ -394,30 +394,8 @@ def test_the_aligned_buffers_go_through_a_real_collective_checked():
     assert {row["kind"] for row in res["rows"]} == {"all_gather", "all_to_all"}
 
 
-def _pages_under(a):
-    """The kernel's page size(s) under array a, from /proc/self/smaps: the
-    mapping holding it, and whether any of it sits on huge pages."""
-    lo = a.ctypes.data
-    with open("/proc/self/smaps") as f:
-        text = f.read().split("\n")
-    for i, line in enumerate(text):
-        head = line.split()
-        if head and "-" in head[0] and len(head) >= 5:
-            start, end = (int(x, 16) for x in head[0].split("-"))
-            if start <= lo < end:
-                fields = {}
-                for entry in text[i + 1:]:
-                    parts = entry.split()
-                    if parts and "-" in parts[0] and len(parts) >= 5:
-                        break
-                    if len(parts) >= 2 and parts[0].endswith(":"):
-                        fields[parts[0][:-1]] = parts[1]
-                return start, end, int(fields.get("AnonHugePages", 0)), fields.get("THPeligible")
-    raise AssertionError("no mapping holds the buffer")
-
-
 @pytest.mark.parametrize("kind", ["all_gather", "all_reduce", "all_to_allv"])
-def test_large_buffers_sit_on_the_asked_pages(kind, thp_mode):
+def test_large_buffers_sit_on_the_asked_pages(kind, thp_mode, pages_under):
     """From 2 MiB on, every system's buffers come from a mapping of their own on
     huge pages by default (small ones with --buffer-pages small), so the
     kernel's single-copy reads do not depend on what the process freed before;
@@ -428,7 +406,7 @@ def test_large_buffers_sit_on_the_asked_pages(kind, thp_mode):
         big = out if out is not None and out.nbytes >= buf.nbytes else buf
         assert big.nbytes >= _coll.HUGE_MIN and not big.any()
         big[:] = 1.0                                   # fault every page in
-        start, end, huge_kb, eligible = _pages_under(big)
+        start, end, huge_kb, eligible = pages_under(big)
         assert big.ctypes.data % (2 << 20) == 0       # a huge page's boundary
         assert end - start >= big.nbytes               # its own mapping
         if pages == "small":
