@@ -59,7 +59,7 @@ import time
 
 import numpy as np
 
-from commrt.transport.buffers import HUGE_MIN, mapped_zeros
+from commrt.transport.buffers import aligned_empty
 
 SLICES = 5
 # where every benchmark buffer starts (bytes; 0: wherever NumPy puts it): PyTorch's
@@ -95,15 +95,14 @@ def v_counts(kind, nbytes, size):
 
 def zeros(count, align=ALIGN, pages=PAGES):
     """count float32 zeros starting at a multiple of align bytes (0: NumPy's own
-    placement and pages); from HUGE_MIN bytes on, in a mapping of their own
-    with the pages asked for ("huge", "small"; "allocator": NumPy's)."""
+    placement and pages); from HUGE_MIN bytes on, on the pages asked for
+    ("huge", "small"; "allocator": NumPy's), as transport.buffers.aligned_empty
+    places them."""
     if not align:
         return np.zeros(count, np.float32)
-    if pages != "allocator" and count * 4 >= HUGE_MIN and HUGE_MIN % align == 0:
-        return mapped_zeros(count * 4, pages == "huge").view(np.float32)
-    raw = np.zeros(count * 4 + align, np.uint8)
-    start = (-raw.ctypes.data) % align
-    return raw[start:start + count * 4].view(np.float32)
+    a = aligned_empty(count, np.float32, align, pages)
+    a.fill(0)
+    return a
 
 
 def _v_buffers(kind, nbytes, size, rank, align=ALIGN, pages=PAGES):

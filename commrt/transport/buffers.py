@@ -67,14 +67,15 @@ class Buffer:
                 f"{self.device}, {'staged' if self.finish else 'in place'}>")
 
 
-def aligned_empty(count, dtype, align=ALIGN):
+def aligned_empty(count, dtype, align=ALIGN, pages="huge"):
     """An uninitialised 1-D array of count elements of dtype whose first byte is
-    at a multiple of align; from HUGE_MIN bytes on, on huge pages of its own
-    (mapped_zeros)."""
+    at a multiple of align.  From HUGE_MIN bytes on, pages "huge" (commrt's
+    own buffers) or "small" come from a mapping of its own (mapped_zeros,
+    zero-filled); "allocator" leaves them to NumPy's allocator."""
     dtype = np.dtype(dtype)
     nbytes = count * dtype.itemsize
-    if nbytes >= HUGE_MIN and HUGE_MIN % align == 0:
-        return mapped_zeros(nbytes, True).view(dtype)
+    if pages != "allocator" and nbytes >= HUGE_MIN and HUGE_MIN % align == 0:
+        return mapped_zeros(nbytes, pages == "huge").view(dtype)
     raw = np.empty(nbytes + align, np.uint8)
     start = (-raw.ctypes.data) % align
     return raw[start:start + nbytes].view(dtype)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from commrt.bench import _coll, _peers, allreduce, collectives
+from commrt.transport.buffers import HUGE_MIN
 
 
 @pytest.mark.timeout(300)
@@ -404,7 +405,7 @@ def test_large_buffers_sit_on_the_asked_pages(kind, thp_mode, pages_under):
     for pages in ("huge", "small"):
         out, buf = _coll._buffers(kind, nbytes, 2, 0, 64, pages)
         big = out if out is not None and out.nbytes >= buf.nbytes else buf
-        assert big.nbytes >= _coll.HUGE_MIN and not big.any()
+        assert big.nbytes >= HUGE_MIN and not big.any()
         big[:] = 1.0                                   # fault every page in
         start, end, huge_kb, eligible = pages_under(big)
         assert big.ctypes.data % (2 << 20) == 0       # a huge page's boundary
@@ -416,7 +417,7 @@ def test_large_buffers_sit_on_the_asked_pages(kind, thp_mode, pages_under):
             # whether the kernel found free huge pages is its business
             assert eligible == "1"
     small = _coll._buffers(kind, 1 << 16, 2, 0, 64, "huge")[1]
-    assert small.ctypes.data % 64 == 0 and small.nbytes < _coll.HUGE_MIN
+    assert small.ctypes.data % 64 == 0 and small.nbytes < HUGE_MIN
     args = collectives.parse_args(["--kinds", kind])
     assert args.buffer_pages == "huge"
     assert collectives.parse_args(["--kinds", kind, "--buffer-pages", "small"]).buffer_pages == \
