@@ -475,6 +475,11 @@ def check_probes(st, call):
         # every call this rank made at that sequence number (an internal call,
         # calibrate, shares its user call's): a mismatch if none is theirs
         ours = [(meta | (s & SEQ_MASK), meta2) for s, meta, meta2 in st.history if s == seq]
+        if call.serving is not None and seq == call.seq and ours == [(call.meta, call.meta2)]:
+            # we are still in the internal call (calibrate) that runs before our own
+            # call at this number, and they are past it, in theirs: we cannot judge
+            # it before we make ours (a real mismatch shows there)
+            continue
         if ours and theirs not in ours:
             mine = ours[-1]
             serving = call.serving if mine == (call.meta, call.meta2) else None

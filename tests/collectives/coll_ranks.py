@@ -598,6 +598,41 @@ def calibration_with_a_stalled_rank(comm, stall_s):
     return True
 
 
+def calibration_behind_a_rank_past_it(comm, stall_s, rank3_calls="broadcast"):
+    """N = 4, the user's broadcast rooted at rank 3.  Rank 2 stalls before the
+    calibration's last broadcast (root 0; its third, after the first and the
+    pair measurement's), so rank 3, its child there, waits in
+    the calibration while rank 0, done with it, waits in the user's broadcast on
+    rank 3 and probes it with that call's fingerprint at the same number: rank 3
+    must wait, not take it for a mismatch (a SIGSTOP campaign job at N = 6
+    aborted with "rank 5 called broadcast #2 (its calibrate ...); rank 0 called
+    #2 broadcast(count=100 ...)").  rank3_calls="reduce": rank 3 then calls a
+    reduce instead, a real mismatch, which the probes find once it is in that
+    call; returns the error's text."""
+    from commrt.collectives.broadcast import binomial
+
+    if comm.rank == 2:
+        run, seen = binomial.run, [0]
+
+        def stalling(call, buf, root, who=None):
+            if call.kind == "calibrate":
+                seen[0] += 1
+                if seen[0] == 3:
+                    time.sleep(stall_s)
+            return run(call, buf, root, who)
+        binomial.run = stalling
+    x = np.full(100, 7.0 if comm.rank == 3 else 0.0, np.float32)
+    try:
+        if comm.rank == 3 and rank3_calls == "reduce":
+            C.reduce(comm, x, root=3)
+        else:
+            C.broadcast(comm, x, root=3)
+    except CommError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    assert np.all(x == 7.0)
+    return True
+
+
 def calibration_leaves_numbers(comm):
     """The first all-reduce calibrates the cost model inside it (its barrier plan
     and fresh calls among it): afterwards the user's calls are numbered 0, 1, ...
