@@ -475,10 +475,12 @@ def check_probes(st, call):
         # every call this rank made at that sequence number (an internal call,
         # calibrate, shares its user call's): a mismatch if none is theirs
         ours = [(meta | (s & SEQ_MASK), meta2) for s, meta, meta2 in st.history if s == seq]
-        if call.serving is not None and seq == call.seq and ours == [(call.meta, call.meta2)]:
-            # we are still in the internal call (calibrate) that runs before our own
-            # call at this number, and they are past it, in theirs: we cannot judge
-            # it before we make ours (a real mismatch shows there)
+        if st.calibrating:
+            # every rank makes the calibration's calls alike, so nothing in it is a
+            # mismatch; a probe from a rank past it, in its own call at the number
+            # the calibration shares (or that its internal calls take and give
+            # back), cannot be judged before we make ours: it probes again, and a
+            # real mismatch shows then
             continue
         if ours and theirs not in ours:
             mine = ours[-1]

@@ -588,8 +588,13 @@ def params(comm, timeout=None, serving=None):
         return Params(**v, segment=config.get("COMMRT_RING_SEGMENT_BYTES"), cores=_cores(),
                       local=local, transport=transport, source=source, hosts=hosts)
 
-    p = execute(call, run, False)
-    state_of(comm).cache["cost"] = p
+    st = state_of(comm)
+    st.calibrating = True           # probes are not judged meanwhile (call.check_probes)
+    try:
+        p = execute(call, run, False)
+    finally:
+        st.calibrating = False
+    st.cache["cost"] = p
     return p
 
 

@@ -52,6 +52,7 @@ class CommState(State):
         self.last_all_reduce = None              # the plan all_reduce ran last (its memo)
         self.last_named_all_reduce = None        # ... for a call that named its algorithm
         self.tuning = None                       # "all_reduce #3" while it times its candidates
+        self.calibrating = False                 # inside the cost model's calibration (cost.params)
         self.probe_buf = array.array("Q", (0, 0))        # a probe: (meta, meta2), uint64
         # knobs, read once per communicator (a collective call must stay cheap)
         self.timeout = config.get("COMMRT_TIMEOUT")
