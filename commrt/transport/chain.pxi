@@ -107,6 +107,18 @@ cdef inline void reset_req(req_t *r, uint64_t meta, uint64_t meta2) noexcept nog
     r.split_at = 0
 
 
+cdef uint64_t answer_piece = 262144     # a late copy's pieces while a sender waits (0: none)
+
+
+def _set_answer_piece(uint64_t piece):
+    """copy_answering's piece (0: one copy, no progress passes); to measure one
+    against the other.  The old piece."""
+    global answer_piece
+    old = answer_piece
+    answer_piece = piece
+    return old
+
+
 cdef inline bint spans_meet(const char *a, uint64_t alen, const char *b, uint64_t blen) noexcept nogil:
     return alen and blen and a < b + blen and b < a + alen
 
@@ -175,8 +187,42 @@ cdef inline void post_step(eng_t *E, step_t *s, msg_t *msgs, char **bases, uint6
     if late:
         for j in range(s.first, s.first + s.nmsg):
             if msgs[j].kind == M_COPY and msgs[j].len and not copy_first(s, msgs, bases, j):
-                move_bytes(bases[msgs[j].where] + msgs[j].off,
-                           bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
+                copy_answering(E, s, msgs, bases[msgs[j].where] + msgs[j].off,
+                               bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
+
+
+cdef inline bint awaits_writer(step_t *s, msg_t *msgs) noexcept nogil:
+    """Whether a receive of the step that its sender writes (COPIER_SENDER) is
+    still unmatched: its sender waits for this rank's answer to its RTS."""
+    cdef int j
+    for j in range(s.first, s.first + s.nmsg):
+        if msgs[j].kind == M_RECV and msgs[j].q.copier == COPIER_SENDER \
+                and msgs[j].q.state == S_PENDING:
+            return True
+    return False
+
+
+# A late copy that answers RTSs between its pieces.  Nothing moves while this
+# rank copies, so a sender whose RTS arrives just after the step posted would
+# wait for the whole copy before this rank tells it to write: a gather's root
+# at N = 2 copied its own 8 MiB block and only then let its sender write the
+# other (16 MiB in 0.85-1.0 ms, OpenMPI's root reading it in 0.82-0.89).  So
+# while a receive its sender writes is unmatched, the copy goes in pieces with
+# a progress pass after each.
+cdef void copy_answering(eng_t *E, step_t *s, msg_t *msgs, char *dst, const char *src,
+                         uint64_t n) noexcept nogil:
+    cdef uint64_t k = 0
+    cdef uint64_t piece = answer_piece
+    if piece == 0 or (dst + n > src and src + n > dst):    # none, or overlapping: memmove
+        move_bytes(dst, src, n)
+        return
+    while n - k > 2 * piece and awaits_writer(s, msgs):
+        copy_bytes(dst + k, src + k, piece)
+        k += piece
+        pthread_mutex_lock(&E.lock)
+        progress(E, False)
+        pthread_mutex_unlock(&E.lock)
+    copy_bytes(dst + k, src + k, n - k)
 
 
 cdef inline bint step_clean(step_t *s, msg_t *msgs, uint64_t meta, uint64_t meta2) noexcept nogil:
