@@ -22,7 +22,7 @@ from commrt.errors import CommError, FailureCode
 from commrt.transport._core import ANY_SOURCE, ANY_TAG, Request, Status  # noqa: F401
 from commrt.transport._core import check_timeout  # noqa: F401  (the one timeout rule)
 from commrt.transport._core import COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE
-from commrt.transport._core import copy_into
+from commrt.transport._core import copy_answering_recvs, copy_into
 
 __all__ = ["init", "Communicator", "Request", "Status", "wait_all", "ANY_SOURCE", "ANY_TAG"]
 
@@ -98,6 +98,11 @@ class Channel:
                                    bytes), the GIL released, a large one in the
                                    pieces this CPU copies fastest (transport
                                    copy_into): an algorithm's own block
+        copy_answering(dst, src, reqs)
+                                   copy, answering meanwhile the senders of reqs
+                                   (receives posted before it) that write their
+                                   messages (copier SENDER) and wait to be told to
+                                   (transport copy_answering_recvs)
     """
     __slots__ = ("_comm", "_coll", "rank", "size", "state", "_coll_state")
 
@@ -140,6 +145,9 @@ class Channel:
         return self._coll.isend(buf, dst, tag, meta=meta, meta2=meta2)
 
     copy = staticmethod(copy_into)
+
+    def copy_answering(self, dst, src, reqs):
+        copy_answering_recvs(self._coll._engine, dst, src, reqs)
 
     # irecv's copier (transport Engine.irecv)
     RECEIVER, SENDER, EXCHANGE = COPY_BY_RECEIVER, COPY_BY_SENDER, COPY_IN_EXCHANGE

@@ -169,9 +169,15 @@ class Call:
             self.state.current = None
 
     # messages ------------------------------------------------------------------------
-    def copy(self, dst, src):
-        """A local copy (Channel.copy): an algorithm's own block."""
-        self.chan.copy(dst, src)
+    def copy(self, dst, src, answering=()):
+        """A local copy (Channel.copy): an algorithm's own block.  answering: the
+        receives (Recv) the call posted before it, whose senders that write them
+        (copier SENDER) are told to meanwhile (Channel.copy_answering), not
+        after the copy."""
+        if answering:
+            self.chan.copy_answering(dst, src, [rv.req for rv in answering])
+        else:
+            self.chan.copy(dst, src)
 
     def isend(self, buf, dst, tag=TAG):
         """tag: TAG, or a lane of this call's own (dbtree's trees: LANE_TAGS)."""

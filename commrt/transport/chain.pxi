@@ -219,10 +219,76 @@ cdef void copy_answering(eng_t *E, step_t *s, msg_t *msgs, char *dst, const char
     while n - k > 2 * piece and awaits_writer(s, msgs):
         copy_bytes(dst + k, src + k, piece)
         k += piece
-        pthread_mutex_lock(&E.lock)
-        progress(E, False)
-        pthread_mutex_unlock(&E.lock)
+        answer_pass(E)
     copy_bytes(dst + k, src + k, n - k)
+
+
+cdef inline void answer_pass(eng_t *E) noexcept nogil:
+    pthread_mutex_lock(&E.lock)
+    progress(E, False)
+    pthread_mutex_unlock(&E.lock)
+
+
+cdef inline bint any_unmatched(req_t **rs, int nr) noexcept nogil:
+    cdef int i
+    for i in range(nr):
+        if rs[i].state == S_PENDING:
+            return True
+    return False
+
+
+cdef enum:
+    MAX_ANSWERED = 64       # receives copy_answering_recvs watches (more: the first 64)
+
+
+def copy_answering_recvs(Engine eng, dst, src, reqs):
+    """copy_into(dst, src) for the general path of a collective, which posted
+    reqs (its receives) before copying its own block: while one of them that its
+    sender writes (copier SENDER) is unmatched, in answer_piece pieces with a
+    progress pass after each (the chain's late copies' rule, above)."""
+    cdef eng_t *E = eng._live()
+    cdef req_t *rs[MAX_ANSWERED]
+    cdef int nr = 0
+    cdef Request q
+    cdef Py_buffer d
+    cdef Py_buffer sv
+    cdef uint64_t n
+    cdef uint64_t k = 0
+    cdef uint64_t piece = answer_piece
+    cdef char *dp
+    cdef const char *sp
+    for x in reqs:
+        q = <Request?>x
+        if (nr < MAX_ANSWERED and q.r.kind == K_RECV and q.r.copier == COPIER_SENDER
+                and q.r.state == S_PENDING):
+            rs[nr] = &q.r
+            nr += 1
+    if nr == 0 or piece == 0:
+        copy_into(dst, src)
+        return
+    size_copies()
+    PyObject_GetBuffer(dst, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(src, &sv, PyBUF_C_CONTIGUOUS)
+        try:
+            if d.len != sv.len:
+                raise ValueError(f"copy_answering_recvs: dst holds {d.len} bytes, src {sv.len}")
+            n = <uint64_t>d.len
+            dp, sp = <char *>d.buf, <const char *>sv.buf
+            with nogil:
+                if dp + n > sp and sp + n > dp:
+                    move_bytes(dp, sp, n)
+                else:
+                    while n - k > 2 * piece and any_unmatched(rs, nr):
+                        copy_bytes(dp + k, sp + k, piece)
+                        k += piece
+                        answer_pass(E)
+                    copy_bytes(dp + k, sp + k, n - k)
+        finally:
+            PyBuffer_Release(&sv)
+    finally:
+        PyBuffer_Release(&d)
+    eng._sweep()
 
 
 cdef inline bint step_clean(step_t *s, msg_t *msgs, uint64_t meta, uint64_t meta2) noexcept nogil:

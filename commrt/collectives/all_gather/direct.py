@@ -83,5 +83,5 @@ def run(call, out, buf):
         rvs.append(call.irecv(out[q * m:(q + 1) * m], q, who))
     for k in range(1, n):
         call.isend(buf, (r + k) % n)
-    call.copy(out[r * m:(r + 1) * m], buf)
+    call.copy(out[r * m:(r + 1) * m], buf, answering=rvs)
     call.waitall(rvs)

@@ -54,5 +54,5 @@ def run(call, out, buf, counts):
                                                     buf.itemsize, q)))
     for k in range(1, n):
         call.isend(buf, (r + k) % n)
-    call.copy(out[offs[r]:offs[r + 1]], buf)
+    call.copy(out[offs[r]:offs[r + 1]], buf, answering=rvs)
     call.waitall(rvs)

@@ -46,5 +46,5 @@ def run(call, out, buf):
     for k in range(1, n):
         q = (r + k) % n
         call.isend(buf[q * m:(q + 1) * m], q)
-    call.copy(out[r * m:(r + 1) * m], buf[r * m:(r + 1) * m])
+    call.copy(out[r * m:(r + 1) * m], buf[r * m:(r + 1) * m], answering=rvs)
     call.waitall(rvs)

@@ -54,5 +54,5 @@ def run(call, out, buf, send_counts, recv_counts):
     for k in range(1, n):
         q = (r + k) % n
         call.isend(buf[so[q]:so[q + 1]], q)
-    call.copy(out[ro[r]:ro[r + 1]], buf[so[r]:so[r + 1]])
+    call.copy(out[ro[r]:ro[r + 1]], buf[so[r]:so[r + 1]], answering=rvs)
     call.waitall(rvs)

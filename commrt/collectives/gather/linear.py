@@ -34,5 +34,5 @@ def run(call, buf, out, root):
         call.isend(buf, root)
         return
     rvs = [call.irecv(out[q * m:(q + 1) * m], q, Channel.SENDER) for q in range(n) if q != root]
-    call.copy(out[root * m:(root + 1) * m], buf)
+    call.copy(out[root * m:(root + 1) * m], buf, answering=rvs)
     call.waitall(rvs)

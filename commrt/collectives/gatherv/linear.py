@@ -35,5 +35,5 @@ def run(call, buf, out, counts, root):
     offs = offsets(counts)
     rvs = [call.irecv(out[offs[q]:offs[q + 1]], q, Channel.SENDER)
            for q in range(n) if q != root]
-    call.copy(out[offs[root]:offs[root + 1]], buf)
+    call.copy(out[offs[root]:offs[root + 1]], buf, answering=rvs)
     call.waitall(rvs)
