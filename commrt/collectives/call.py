@@ -476,11 +476,6 @@ def check_probes(st, call):
             st.probe_req = None
             return
         st.probe_req = None
-        theirs = (int(st.probe_buf[0]), int(st.probe_buf[1]))
-        seq = theirs[0] & SEQ_MASK
-        # every call this rank made at that sequence number (an internal call,
-        # calibrate, shares its user call's): a mismatch if none is theirs
-        ours = [(meta | (s & SEQ_MASK), meta2) for s, meta, meta2 in st.history if s == seq]
         if st.calibrating:
             # every rank makes the calibration's calls alike, so nothing in it is a
             # mismatch; a probe from a rank past it, in its own call at the number
@@ -488,6 +483,11 @@ def check_probes(st, call):
             # back), cannot be judged before we make ours: it probes again, and a
             # real mismatch shows then
             continue
+        theirs = (int(st.probe_buf[0]), int(st.probe_buf[1]))
+        seq = theirs[0] & SEQ_MASK
+        # every call this rank made at that sequence number (an internal call,
+        # calibrate, shares its user call's): a mismatch if none is theirs
+        ours = [(meta | (s & SEQ_MASK), meta2) for s, meta, meta2 in st.history if s == seq]
         if ours and theirs not in ours:
             mine = ours[-1]
             serving = call.serving if mine == (call.meta, call.meta2) else None

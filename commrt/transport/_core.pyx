@@ -1317,29 +1317,39 @@ cdef void move_bytes(char *dst, const char *src, uint64_t n) noexcept nogil:
         memmove(dst, src, n)
 
 
+cdef uint64_t get_copy_pair(dst, src, Py_buffer *d, Py_buffer *s) except? 0:
+    """Both buffers of a local copy (C-contiguous, dst writable, the same bytes),
+    held in d and s (the caller releases both); their bytes.  Reads the copy
+    sizes first (size_copies)."""
+    size_copies()
+    PyObject_GetBuffer(dst, d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(src, s, PyBUF_C_CONTIGUOUS)
+    except BaseException:
+        PyBuffer_Release(d)
+        raise
+    if d.len != s.len:
+        PyBuffer_Release(s)
+        PyBuffer_Release(d)
+        raise ValueError(f"local copy: dst holds {d.len} bytes, src {s.len}")
+    return <uint64_t>d.len
+
+
 def copy_into(dst, src):
     """Copy src's bytes into dst: both C-contiguous buffers of the same number
     of bytes (the ranges may overlap), the GIL released from 64 KiB, large copies
     in pieces (copy_bytes)."""
     cdef Py_buffer d
     cdef Py_buffer s
-    cdef uint64_t n
-    size_copies()
-    PyObject_GetBuffer(dst, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    cdef uint64_t n = get_copy_pair(dst, src, &d, &s)
     try:
-        PyObject_GetBuffer(src, &s, PyBUF_C_CONTIGUOUS)
-        try:
-            if d.len != s.len:
-                raise ValueError(f"copy_into: dst holds {d.len} bytes, src {s.len}")
-            n = <uint64_t>d.len
-            if n >= 65536:
-                with nogil:
-                    move_bytes(<char *>d.buf, <const char *>s.buf, n)
-            else:
+        if n >= 65536:
+            with nogil:
                 move_bytes(<char *>d.buf, <const char *>s.buf, n)
-        finally:
-            PyBuffer_Release(&s)
+        else:
+            move_bytes(<char *>d.buf, <const char *>s.buf, n)
     finally:
+        PyBuffer_Release(&s)
         PyBuffer_Release(&d)
 
 

@@ -187,46 +187,23 @@ cdef inline void post_step(eng_t *E, step_t *s, msg_t *msgs, char **bases, uint6
     if late:
         for j in range(s.first, s.first + s.nmsg):
             if msgs[j].kind == M_COPY and msgs[j].len and not copy_first(s, msgs, bases, j):
-                copy_answering(E, s, msgs, bases[msgs[j].where] + msgs[j].off,
-                               bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
+                late_copy(E, s, msgs, bases[msgs[j].where] + msgs[j].off,
+                          bases[msgs[j].src_where] + msgs[j].src_off, msgs[j].len)
 
 
-cdef inline bint awaits_writer(step_t *s, msg_t *msgs) noexcept nogil:
-    """Whether a receive of the step that its sender writes (COPIER_SENDER) is
-    still unmatched: its sender waits for this rank's answer to its RTS."""
-    cdef int j
-    for j in range(s.first, s.first + s.nmsg):
-        if msgs[j].kind == M_RECV and msgs[j].q.copier == COPIER_SENDER \
-                and msgs[j].q.state == S_PENDING:
-            return True
-    return False
+cdef enum:
+    MAX_ANSWERED = 64       # receives a copy answers (more: the first 64 of them)
 
 
-# A late copy that answers RTSs between its pieces.  Nothing moves while this
-# rank copies, so a sender whose RTS arrives just after the step posted would
-# wait for the whole copy before this rank tells it to write: a gather's root
-# at N = 2 copied its own 8 MiB block and only then let its sender write the
-# other (16 MiB in 0.85-1.0 ms, OpenMPI's root reading it in 0.82-0.89).  So
-# while a receive its sender writes is unmatched, the copy goes in pieces with
-# a progress pass after each.
-cdef void copy_answering(eng_t *E, step_t *s, msg_t *msgs, char *dst, const char *src,
-                         uint64_t n) noexcept nogil:
-    cdef uint64_t k = 0
-    cdef uint64_t piece = answer_piece
-    if piece == 0 or (dst + n > src and src + n > dst):    # none, or overlapping: memmove
-        move_bytes(dst, src, n)
-        return
-    while n - k > 2 * piece and awaits_writer(s, msgs):
-        copy_bytes(dst + k, src + k, piece)
-        k += piece
-        answer_pass(E)
-    copy_bytes(dst + k, src + k, n - k)
-
-
-cdef inline void answer_pass(eng_t *E) noexcept nogil:
-    pthread_mutex_lock(&E.lock)
-    progress(E, False)
-    pthread_mutex_unlock(&E.lock)
+cdef int writers_of(req_t **rs, req_t *q, int nr) noexcept nogil:
+    """Add q to rs[:nr] if it is a receive its sender writes (COPIER_SENDER) that
+    is still unmatched: its sender waits for this rank's answer to its RTS.
+    The new nr."""
+    if (nr < MAX_ANSWERED and q.kind == K_RECV and q.copier == COPIER_SENDER
+            and q.state == S_PENDING):
+        rs[nr] = q
+        return nr + 1
+    return nr
 
 
 cdef inline bint any_unmatched(req_t **rs, int nr) noexcept nogil:
@@ -237,15 +214,46 @@ cdef inline bint any_unmatched(req_t **rs, int nr) noexcept nogil:
     return False
 
 
-cdef enum:
-    MAX_ANSWERED = 64       # receives copy_answering_recvs watches (more: the first 64)
+# A copy that answers RTSs between its pieces.  Nothing moves while this rank
+# copies, so a sender whose RTS arrives just after the receives were posted
+# would wait for the whole copy before this rank tells it to write: a gather's
+# root at N = 2 copied its own 8 MiB block and only then let its sender write
+# the other (16 MiB in 0.85-1.0 ms, OpenMPI's root reading it in 0.82-0.89).
+# So while one of rs (writers_of) is unmatched, the copy goes in answer_piece
+# pieces with a progress pass after each.  dst and src must not overlap.
+cdef void copy_answering(eng_t *E, char *dst, const char *src, uint64_t n,
+                         req_t **rs, int nr) noexcept nogil:
+    cdef uint64_t k = 0
+    cdef uint64_t piece = answer_piece
+    while piece and n - k > 2 * piece and any_unmatched(rs, nr):
+        copy_bytes(dst + k, src + k, piece)
+        k += piece
+        pthread_mutex_lock(&E.lock)
+        progress(E, False)
+        pthread_mutex_unlock(&E.lock)
+    copy_bytes(dst + k, src + k, n - k)
+
+
+cdef void late_copy(eng_t *E, step_t *s, msg_t *msgs, char *dst, const char *src,
+                    uint64_t n) noexcept nogil:
+    """A step's copy made after posting its messages (post_step), answering the
+    step's writing senders meanwhile (copy_answering)."""
+    cdef req_t *rs[MAX_ANSWERED]
+    cdef int nr = 0
+    cdef int j
+    if dst + n > src and src + n > dst:
+        move_bytes(dst, src, n)
+        return
+    for j in range(s.first, s.first + s.nmsg):
+        if msgs[j].kind == M_RECV:
+            nr = writers_of(rs, msgs[j].q, nr)
+    copy_answering(E, dst, src, n, rs, nr)
 
 
 def copy_answering_recvs(Engine eng, dst, src, reqs):
     """copy_into(dst, src) for the general path of a collective, which posted
-    reqs (its receives) before copying its own block: while one of them that its
-    sender writes (copier SENDER) is unmatched, in answer_piece pieces with a
-    progress pass after each (the chain's late copies' rule, above)."""
+    reqs (its receives) before copying its own block, answering their writing
+    senders meanwhile (copy_answering)."""
     cdef eng_t *E = eng._live()
     cdef req_t *rs[MAX_ANSWERED]
     cdef int nr = 0
@@ -253,40 +261,21 @@ def copy_answering_recvs(Engine eng, dst, src, reqs):
     cdef Py_buffer d
     cdef Py_buffer sv
     cdef uint64_t n
-    cdef uint64_t k = 0
-    cdef uint64_t piece = answer_piece
-    cdef char *dp
-    cdef const char *sp
     for x in reqs:
         q = <Request?>x
-        if (nr < MAX_ANSWERED and q.r.kind == K_RECV and q.r.copier == COPIER_SENDER
-                and q.r.state == S_PENDING):
-            rs[nr] = &q.r
-            nr += 1
-    if nr == 0 or piece == 0:
+        nr = writers_of(rs, &q.r, nr)
+    if nr == 0 or answer_piece == 0:
         copy_into(dst, src)
         return
-    size_copies()
-    PyObject_GetBuffer(dst, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    n = get_copy_pair(dst, src, &d, &sv)
     try:
-        PyObject_GetBuffer(src, &sv, PyBUF_C_CONTIGUOUS)
-        try:
-            if d.len != sv.len:
-                raise ValueError(f"copy_answering_recvs: dst holds {d.len} bytes, src {sv.len}")
-            n = <uint64_t>d.len
-            dp, sp = <char *>d.buf, <const char *>sv.buf
-            with nogil:
-                if dp + n > sp and sp + n > dp:
-                    move_bytes(dp, sp, n)
-                else:
-                    while n - k > 2 * piece and any_unmatched(rs, nr):
-                        copy_bytes(dp + k, sp + k, piece)
-                        k += piece
-                        answer_pass(E)
-                    copy_bytes(dp + k, sp + k, n - k)
-        finally:
-            PyBuffer_Release(&sv)
+        with nogil:
+            if <char *>d.buf + n > <char *>sv.buf and <char *>sv.buf + n > <char *>d.buf:
+                move_bytes(<char *>d.buf, <const char *>sv.buf, n)
+            else:
+                copy_answering(E, <char *>d.buf, <const char *>sv.buf, n, rs, nr)
     finally:
+        PyBuffer_Release(&sv)
         PyBuffer_Release(&d)
     eng._sweep()
 
