@@ -75,7 +75,11 @@ that stays in cache, instead of copying it) costs per byte beyond the
 plain copy, for algorithms whose combines all do (the modules' ``LANDS``),
 where otherwise a combine costs the copy and then γ per byte: measured as
 the same exchange chain with and without the combine, about nothing up to
-1 MiB and 20-75 ps/B beyond (γ_mem 69), here.  ``link_rate``,
+1 MiB and 20-75 ps/B beyond (γ_mem 69), here.  ``footprint``,
+where a call's buffers overflow the caches (the validation sets it where
+the node's ranks' buffers together reach its last-level cache), the bytes
+of a rank's: a shared-memory message of that call moves no faster per
+byte than β at that size (``Topology.b``).  ``link_rate``,
 ``link_burst``, ``beta_burst``: each node's link, each way, shaped by a
 token bucket (tc's tbf, as the namespace hosts' links are): a message
 between nodes that finds k tokens ends k / rate sooner than at the measured
@@ -156,11 +160,21 @@ class Topology:
                                         # token bucket shapes it (tc tbf; None: not shaped)
     link_burst: int = 0                 # bytes the bucket holds (tbf's burst)
     beta_burst: float = 0.0             # s/B of the bytes the bucket lets through at once
+    footprint: int = 0                  # bytes of each rank's buffer where the call's overflow
+                                        # the caches (0: they fit): its shared-memory messages
+                                        # move no faster per byte than one this large (``b``)
 
     def b(self, nbytes):
         """β of a shared-memory message of nbytes: the measured curve (``beta_at``,
-        log-linear between its sizes, its ends beyond them), else β_shm."""
-        return curve(self.beta_at, nbytes) if self.beta_at else self.beta_shm
+        log-linear between its sizes, its ends beyond them), no less than its
+        value at the call's ``footprint``, else β_shm.  The curve comes from
+        messages sent again and again from buffers of their size, which a small
+        one finds in the caches; a segment of a call whose buffers overflow them
+        streams from memory as the call's buffers do."""
+        if not self.beta_at:
+            return self.beta_shm
+        beta = curve(self.beta_at, nbytes)
+        return max(beta, curve(self.beta_at, self.footprint)) if self.footprint > nbytes else beta
 
     def b1(self, nbytes):
         """β of a shared-memory message that its sender's core helps move (module

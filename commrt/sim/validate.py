@@ -440,12 +440,13 @@ def measure(n, sizes, algos, timeout=600):
 
 
 # the model's terms, each switchable for the comparisons in docs/scale.md
-TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait", "chain", "oneway", "land")
+TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait", "chain", "oneway", "land",
+         "footprint")
 # those the validation uses: "bus" is measured and kept for comparison, but its
 # one-way curve is the noisiest figure here (a 16 MiB ping-pong slower per copy
 # than the exchange in some rounds), and it did not help (docs/scale.md)
 DEFAULT_TERMS = ("shift", "gamma_busy", "rendezvous", "call", "wait", "chain", "oneway",
-                 "land")
+                 "land", "footprint")
 
 
 def _eager():
@@ -522,9 +523,23 @@ def predicted(n, nbytes, algo, p, topo=None, chain_at=None):
     topo = cell_topology(topo, algo, n, nbytes, FORCED_PLANS, p.get("alpha_plan", 0.0),
                          chain_at, plan_beta_at(topo, p))
     topo = land_topology(topo, algo, p, planned=planned(algo, n, nbytes, FORCED_PLANS))
+    topo = sized(topo, n, nbytes)
     return simulate(topo,
                     schedules.steps_of(algo, n, max(1, nbytes // 4), ranks_per_node=n),
                     itemsize=4)
+
+
+def sized(topo, local, nbytes, terms=DEFAULT_TERMS):
+    """topo for a call of nbytes a rank with ``footprint`` ("footprint") where the
+    buffers of a node's local ranks together reach its last-level cache: its
+    shared-memory messages then move no faster per byte than one of nbytes
+    (Topology.b).  The cache is this machine's (the transport's figure),
+    where the runs were measured."""
+    from commrt.transport import _core
+
+    if "footprint" not in terms or local * nbytes < _core._last_cache_bytes():
+        return topo
+    return dataclasses.replace(topo, footprint=nbytes)
 
 
 def land_topology(topo, algo, p, terms=DEFAULT_TERMS, planned=True):
@@ -686,6 +701,8 @@ def replay(files, terms=None, params=None):
                 if not hosts:
                     topo = land_topology(topo, algo, p, one_host,
                                          planned(algo, n, k, saved.get("forced_plans")))
+                topo = sized(topo, local, k, (DEFAULT_HOST_TERMS if hosts else DEFAULT_TERMS)
+                             if terms is None else terms)
                 out["simulated"].append(in_a_loop(topo, schedules.steps_of(
                     algo, n, max(1, k // 4), ranks_per_node=local)))
     return data
@@ -777,7 +794,8 @@ def run_hosts(hosts, local, rates, sizes, algos, rounds, log=print, params=None,
                     cell = data.setdefault((rate, algo, k), {"measured": [], "simulated": []})
                     cell["measured"].append(row["time_s"])
                     cell["simulated"].append(in_a_loop(
-                        cell_topology(topo, algo, n, k, FORCED_PLANS),
+                        sized(cell_topology(topo, algo, n, k, FORCED_PLANS), local, k,
+                              DEFAULT_HOST_TERMS),
                         schedules.steps_of(algo, n, max(1, k // 4), ranks_per_node=local)))
                 log(f"  {rate}: round {r + 1}/{rounds} done")
     return data
@@ -791,10 +809,10 @@ def in_a_loop(topo, steps_of):
 
 
 HOST_TERMS = ("machine_cores", "net_curve", "net_cpu", "shm_curve", "rendezvous", "call",
-              "bucket", "busy_shm", "busy_net")
+              "bucket", "busy_shm", "busy_net", "footprint")
 # those the validation uses: busy_shm and busy_net are measured and kept for
 # comparison (docs/scale.md): neutral and worse (30 of 48 cells against 38)
-DEFAULT_HOST_TERMS = HOST_TERMS[:7]
+DEFAULT_HOST_TERMS = HOST_TERMS[:7] + ("footprint",)
 
 
 def _curve(pairs, alpha):

@@ -395,6 +395,36 @@ def test_a_combine_that_lands_costs_its_copy_and_the_measured_extra_not_gamma():
         < validate.predicted(2, 1 << 20, "rabenseifner", _params(2))
 
 
+def test_a_segment_of_a_call_that_overflows_the_caches_moves_at_the_calls_beta(monkeypatch):
+    """footprint: a shared-memory message of a call whose buffers overflow the caches
+    moves no faster per byte than β at the call's size (the curve's small sizes
+    were measured from buffers the caches hold); the validation sets it only
+    where a node's ranks' buffers together reach the last-level cache, only
+    with the "footprint" term."""
+    seg, big = 1 << 18, 1 << 24
+    pts = ((seg, 5e-11), (1 << 22, 4e-11), (big, 1.2e-10))
+    t = topo(1, 2, beta_at=pts)
+    one = lambda r: [[("send", 1 - r, 0, seg), ("recv", 1 - r, 0, seg)]]  # noqa: E731
+    assert simulate(t, one, itemsize=1) == pytest.approx(A + seg * 5e-11, rel=1e-12)
+    sized = dataclasses.replace(t, footprint=big)
+    assert simulate(sized, one, itemsize=1) == pytest.approx(A + seg * 1.2e-10, rel=1e-12)
+    # never faster than its own size's β: a footprint whose β is lower changes nothing
+    assert dataclasses.replace(t, footprint=1 << 22).b(seg) == 5e-11
+    assert sized.b(big) == t.b(big) and sized.b(1 << 25) == t.b(1 << 25)
+    # only β: the one-way, land and γ curves stay per message
+    assert dataclasses.replace(sized, oneway_at=pts).b1(seg) == 5e-11
+    from commrt.transport import _core
+    cache = _core._last_cache_bytes()
+    assert validate.sized(t, 2, cache // 2).footprint == cache // 2
+    assert validate.sized(t, 2, cache // 4).footprint == 0
+    assert validate.sized(t, 2, cache, terms=("shift",)).footprint == 0
+    # a validation cell takes it: the ring's segments at N = 2 over a cache's worth
+    p = {**_params(2), "beta_at": [list(x) for x in pts]}
+    with_it = validate.predicted(2, cache, "ring", p)
+    monkeypatch.setattr(_core, "_last_cache_bytes", lambda: 1 << 40)
+    assert validate.predicted(2, cache, "ring", p) < with_it
+
+
 def test_the_chained_pattern_can_combine_as_it_lands():
     """_pattern_times(chained=True, land=True) runs the pair's exchange as a chain
     whose receive combines float32 SUM as it lands (a real 2-rank job): the
