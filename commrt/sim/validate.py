@@ -530,11 +530,11 @@ def predicted(n, nbytes, algo, p, topo=None, chain_at=None):
 
 
 def sized(topo, local, nbytes, terms=DEFAULT_TERMS):
-    """topo for a call of nbytes a rank with ``footprint`` ("footprint") where the
-    buffers of a node's local ranks together reach its last-level cache: its
-    shared-memory messages then move no faster per byte than one of nbytes
-    (Topology.b).  The cache is this machine's (the transport's figure),
-    where the runs were measured."""
+    """topo for a call of nbytes a rank: with ``footprint`` = nbytes ("footprint")
+    where the buffers of a node's local ranks together reach its last-level
+    cache, so that its shared-memory messages move no faster per byte than
+    one of nbytes (Topology.b).  The cache is this machine's (the
+    transport's sysfs figure), where the runs were measured."""
     from commrt.transport import _core
 
     if "footprint" not in terms or local * nbytes < _core._last_cache_bytes():
