@@ -46,6 +46,7 @@ all of them.
 """
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 
@@ -534,12 +535,17 @@ def sized(topo, local, nbytes, terms=DEFAULT_TERMS):
     where the buffers of a node's local ranks together reach its last-level
     cache, so that its shared-memory messages move no faster per byte than
     one of nbytes (Topology.b).  The cache is this machine's (the
-    transport's sysfs figure), where the runs were measured."""
-    from commrt.transport import _core
-
-    if "footprint" not in terms or local * nbytes < _core._last_cache_bytes():
+    transport's sysfs figure, read once), where the runs were measured."""
+    if "footprint" not in terms or local * nbytes < _cache_bytes():
         return topo
     return dataclasses.replace(topo, footprint=nbytes)
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_bytes():
+    from commrt.transport import _core
+
+    return _core._last_cache_bytes()
 
 
 def land_topology(topo, algo, p, terms=DEFAULT_TERMS, planned=True):
@@ -668,6 +674,7 @@ def replay(files, terms=None, params=None):
         with open(path) as f:
             saved = json.load(f)
         hosts = saved.get("hosts")
+        use = (DEFAULT_HOST_TERMS if hosts else DEFAULT_TERMS) if terms is None else terms
         before = {}     # rounds of each N (or link) in the files read before this one
         for key, p in saved["params"].items():
             first, r = key.split("|")
@@ -683,15 +690,13 @@ def replay(files, terms=None, params=None):
                 p = saved["params"][f"{first}|{r}"]
                 if hosts:
                     local = saved["local"]
-                    topo = hosts_topology(hosts, local, p, DEFAULT_HOST_TERMS if terms is None
-                                          else terms)
+                    topo = hosts_topology(hosts, local, p, use)
                     n = hosts * local
                 else:
                     n, local = int(first), int(first)
-                    one_host = DEFAULT_TERMS if terms is None else terms
-                    topo = topology(n, p, one_host)
-                chain_at = () if hosts else plan_alpha_at(topo, p, one_host)
-                beta_chain = () if hosts else plan_beta_at(topo, p, one_host)
+                    topo = topology(n, p, use)
+                chain_at = () if hosts else plan_alpha_at(topo, p, use)
+                beta_chain = () if hosts else plan_beta_at(topo, p, use)
                 out["measured"].append(m)
                 # (α_plan, a round of the barrier's plan, is a one-host figure: across
                 # hosts it is a network round, and run_hosts leaves it out too)
@@ -699,10 +704,9 @@ def replay(files, terms=None, params=None):
                                      0.0 if hosts else p.get("alpha_plan", 0.0), chain_at,
                                      beta_chain)
                 if not hosts:
-                    topo = land_topology(topo, algo, p, one_host,
+                    topo = land_topology(topo, algo, p, use,
                                          planned(algo, n, k, saved.get("forced_plans")))
-                topo = sized(topo, local, k, (DEFAULT_HOST_TERMS if hosts else DEFAULT_TERMS)
-                             if terms is None else terms)
+                topo = sized(topo, local, k, use)
                 out["simulated"].append(in_a_loop(topo, schedules.steps_of(
                     algo, n, max(1, k // 4), ranks_per_node=local)))
     return data

@@ -421,7 +421,7 @@ def test_a_segment_of_a_call_that_overflows_the_caches_moves_at_the_calls_beta(m
     # a validation cell takes it: the ring's segments at N = 2 over a cache's worth
     p = {**_params(2), "beta_at": [list(x) for x in pts]}
     with_it = validate.predicted(2, cache, "ring", p)
-    monkeypatch.setattr(_core, "_last_cache_bytes", lambda: 1 << 40)
+    monkeypatch.setattr(validate, "_cache_bytes", lambda: 1 << 40)
     assert validate.predicted(2, cache, "ring", p) < with_it
 
 
