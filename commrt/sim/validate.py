@@ -286,11 +286,12 @@ def _pair_times(comm, pair, sizes, reps=5):
     return tuple(tuple(x) for x in comm.broadcast_obj(got, pair[0]))
 
 
-def _idle_pair_times(comm, pair, sizes, reps=7):
+def _idle_pair_times(comm, pair, sizes, reps=15):
     """((size, seconds), ...) of pair[0] exchanging each size with pair[1] after
     both have left the link idle for IDLE_S (a shaped link's bucket full again),
-    an 8-byte exchange just before lining the two up (lower quartile of reps);
-    the other ranks wait in the broadcast."""
+    an 8-byte exchange just before lining the two up (the least of reps: waking
+    from the idle sleep adds tens of microseconds at random, as much as the
+    bytes' own time, and only ever adds); the other ranks wait in the broadcast."""
     import time
 
     import numpy as np
@@ -310,17 +311,20 @@ def _idle_pair_times(comm, pair, sizes, reps=7):
                 _exchange(comm, out, peer, into, peer, 120)
                 if i:
                     walls.append(time.perf_counter() - t0)
-            got.append((k, sorted(walls)[len(walls) // 4]))
+            got.append((k, min(walls)))
     return tuple(tuple(x) for x in comm.broadcast_obj(got, pair[0]))
 
 
 def burst_beta(pairs):
-    """s/B of the bytes a full bucket lets through at once: the least-squares slope
-    of time against size over _idle_pair_times' figures."""
+    """s/B of the bytes a full bucket lets through at once: the median of the
+    slopes between every two of _idle_pair_times' figures (Theil-Sen; one noisy
+    size moves a least-squares slope of four points to zero or below, and the
+    median of six slopes not much)."""
     import statistics
 
-    sizes, times = zip(*pairs)
-    return max(0.0, statistics.linear_regression(sizes, times).slope)
+    slopes = [(t1 - t0) / (k1 - k0) for i, (k0, t0) in enumerate(pairs)
+              for k1, t1 in pairs[i + 1:] if k1 != k0]
+    return max(0.0, statistics.median(slopes))
 
 
 def hosts_calibration(comm):
