@@ -40,9 +40,9 @@ def test_candidates_are_the_plausible_ones_within_the_budget():
     assert tuning.candidates({"a": 1.0, "b": 1.0}, "a") == ["a", "b"]  # never fewer than 2
 
 
-def _slowed(comm, collective, nbytes=NBYTES, winner_s=0.0):
+def _slowed(comm, collective, nbytes=NBYTES, winner_s=0.0, slow_s=SLOW_S):
     """Every trial run of a candidate of a call of nbytes but one the model did
-    not pick (the winner) sleeps SLOW_S first, and every run winner_s more:
+    not pick (the winner) sleeps slow_s first, and every run winner_s more:
     (the model's pick, the winner, how many candidates, the list each trial run
     is appended to)."""
     pred = cost.predict(collective, comm, nbytes)
@@ -57,7 +57,7 @@ def _slowed(comm, collective, nbytes=NBYTES, winner_s=0.0):
 
         def run(comm, algo):
             runs.append(algo)
-            time.sleep(winner_s + (SLOW_S if algo != winner else 0.0))
+            time.sleep(winner_s + (slow_s if algo != winner else 0.0))
             made(comm, algo)
         return run
     tuning._TRIALS[collective] = trial
@@ -278,8 +278,11 @@ def test_slow_trials_stop_after_one_timed_round(world):
 def _with_a_deadline(comm, timeouts, nbytes):
     """A first call of a class whose timeout (on one rank or all) leaves under
     ROOM_S runs the model's pick and measures nothing; that size keeps it, and
-    the next call of another size of the class, with no timeout, measures."""
-    model, winner, _, runs = _slowed(comm, "all_reduce", nbytes)
+    the next call of another size of the class, with no timeout, measures.  The
+    losers sleep 0.1 s: one timed round may decide (SPENT_S), and a stall of the
+    winner's run as long as SLOW_S, seen once in a suite on a loaded 2-core
+    machine, made the model's slowed pick stand."""
+    model, winner, _, runs = _slowed(comm, "all_reduce", nbytes, slow_s=0.1)
     try:
         buf = np.full(nbytes // 4, comm.rank + 1, np.float32)
         comm.all_reduce(buf, timeout=timeouts[comm.rank])
