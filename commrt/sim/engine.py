@@ -79,7 +79,11 @@ the same exchange chain with and without the combine, about nothing up to
 where a call's buffers overflow the caches (the validation sets it where
 the node's ranks' buffers together reach its last-level cache), the bytes
 of a rank's: a shared-memory message of that call moves no faster per
-byte than β at that size (``Topology.b``).  ``link_rate``,
+byte than β at that size (``Topology.b``).  ``crowd_spin``, where ranks
+outnumber cores: a shared-memory message's α grows with the ranks busy when
+it is matched, from α_shm with no more than the cores busy to the fitted α
+with all busy (``Topology.crowded``); busy: copying, or within crowd_spin of
+starting a step (a waiter's spin before it sleeps).  ``link_rate``,
 ``link_burst``, ``beta_burst``: each node's link, each way, shaped by a
 token bucket (tc's tbf, as the namespace hosts' links are): a message
 between nodes that finds k tokens ends k / rate sooner than at the measured
@@ -163,6 +167,10 @@ class Topology:
     footprint: int = 0                  # bytes of each rank's buffer where the call's overflow
                                         # the caches (0: they fit): its shared-memory messages
                                         # move no faster per byte than one this large (``b``)
+    crowd_spin: Optional[float] = None  # where ranks outnumber cores, α scaled by the ranks
+                                        # busy when a message is matched (``crowded``): a
+                                        # rank is busy this long (s) after it starts a
+                                        # step (its waiter's spin), and while it copies
 
     def b(self, nbytes):
         """β of a shared-memory message of nbytes: the measured curve (``beta_at``,
@@ -212,6 +220,19 @@ class Topology:
             if self.alpha_oversub:
                 return self.alpha_oversub
         return self.alpha_shm
+
+    def crowded(self, nbytes, busy):
+        """α of a shared-memory message matched while ``busy`` of the ranks sharing
+        its cores are busy (the receiver included): α_shm with no more busy ranks
+        than cores, a(nbytes) (fitted to every rank exchanging at once) with all
+        busy, linear between: a woken receiver waits for a core only behind the
+        ranks that want one (spinning or copying), not behind ranks asleep."""
+        a = self.a(nbytes)
+        if not self.crowd_spin or not self.oversubscribed:
+            return a
+        sharing = self.ranks if self.shared_cores else self.ranks_per_node
+        f = min(1.0, max(0.0, (busy - self.cores) / (sharing - self.cores)))
+        return self.alpha_shm + (a - self.alpha_shm) * f if a > self.alpha_shm else a
 
     @property
     def a_shm(self):
@@ -538,6 +559,22 @@ def _full(topo, steps, itemsize, links, t0=0.0):
     bus = [t0] * topo.nodes        # when each node's memory is free of copies (bus_at)
     eager = topo.eager
 
+    crowd = topo.crowd_spin if topo.crowd_spin and topo.oversubscribed else None
+    began = [t0] * n               # when each rank started its current step (crowd)
+    over = [False] * n             # past its last step (crowd)
+
+    def busy(dst, now):
+        """The ranks sharing dst's cores busy at now (``Topology.crowded``), dst too:
+        copying, or in their waiter's spin after starting a step (every rank at
+        the call's start)."""
+        if topo.shared_cores:
+            ranks = range(n)
+        else:
+            first = topo.node(dst) * topo.ranks_per_node
+            ranks = range(first, first + topo.ranks_per_node)
+        return 1 + sum(1 for r in ranks if r != dst and (
+            mine[r] > now or (not over[r] and began[r] <= now < began[r] + crowd)))
+
     sends_done = [t0] * n         # when each rank's rendezvous sends have been taken
     pending = [0] * n              # its rendezvous sends not yet matched and taken
     ending = [False] * n           # at its end, waiting for them
@@ -547,11 +584,13 @@ def _full(topo, steps, itemsize, links, t0=0.0):
         is posted, and the call ends once it has been taken."""
         return eager is not None and nbytes > eager
 
-    def on_cpu(dst, post, sent_at, arrival, nbytes, combine, local, alone=False):
+    def on_cpu(dst, post, sent_at, arrival, nbytes, combine, local, alone=False, now=None):
         """Completion of a receive whose work runs on its rank's thread (one receive
         at a time) and, where ranks share cores, on one of its node's cores.
         combine: 0, COMBINE (the receiver copies, then combines) or STREAMED."""
         first = min(nbytes, topo.segment)
+        alpha = (topo.a if crowd is None or now is None
+                 else lambda k: topo.crowded(k, busy(dst, now)))
         streamed = local and combine == STREAMED
         # alone, or streamed (the sender's core copies it, by its copier): β of one
         # message moved by both cores, where each rank has its own (b1)
@@ -562,7 +601,7 @@ def _full(topo, steps, itemsize, links, t0=0.0):
             # combining, done no sooner than the sender's copy (and the combining
             # of its last piece) after both have posted
             ready = max(post, sent_at)
-            a = topo.a(nbytes)
+            a = alpha(nbytes)
             work = a + nbytes * topo.g(nbytes)
             floor = ready + a + nbytes * beta(nbytes) + first * topo.g(first)
             if topo.alpha_wait and topo.oversubscribed:
@@ -572,7 +611,7 @@ def _full(topo, steps, itemsize, links, t0=0.0):
             # message after another on its own thread; sharing cores, the
             # message's α (matching, waking the receiver) queues with the copy
             ready = max(post, sent_at)
-            a = topo.a(nbytes)
+            a = alpha(nbytes)
             work, floor = a + nbytes * beta(nbytes), ready + a
             if topo.alpha_wait and topo.oversubscribed:
                 # α a wait (the receiver's turn on a core), no core held for it
@@ -613,7 +652,7 @@ def _full(topo, steps, itemsize, links, t0=0.0):
 
     def complete(src, dst, post, msg, nbytes, combine, now):
         arrival, sent_at, local, alone = msg
-        t = on_cpu(dst, post, sent_at, arrival, nbytes, combine, local, alone)
+        t = on_cpu(dst, post, sent_at, arrival, nbytes, combine, local, alone, now)
         if awaited(nbytes):
             # a rendezvous send completes once its data is taken: on shared memory
             # when the receiver's copy ends, on the network when the last byte left;
@@ -663,6 +702,7 @@ def _full(topo, steps, itemsize, links, t0=0.0):
             for c in pools.values():
                 c.forget(t)
         if index[r] == len(steps[r]):
+            over[r] = True
             if pending[r]:              # a send not yet taken: its completion ends it
                 ending[r] = True
                 continue
@@ -670,6 +710,7 @@ def _full(topo, steps, itemsize, links, t0=0.0):
             continue
         msgs = steps[r][index[r]]
         index[r] += 1
+        began[r] = t
         recvs = [m for m in msgs if m[0] != "send"]
         left[r] = started = len(recvs)
         # a message whose sender's step only sends, its last: the sender's core,

@@ -446,12 +446,12 @@ def measure(n, sizes, algos, timeout=600):
 
 # the model's terms, each switchable for the comparisons in docs/scale.md
 TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait", "chain", "oneway", "land",
-         "footprint")
+         "footprint", "crowd")
 # those the validation uses: "bus" is measured and kept for comparison, but its
 # one-way curve is the noisiest figure here (a 16 MiB ping-pong slower per copy
 # than the exchange in some rounds), and it did not help (docs/scale.md)
 DEFAULT_TERMS = ("shift", "gamma_busy", "rendezvous", "call", "wait", "chain", "oneway",
-                 "land", "footprint")
+                 "land", "footprint", "crowd")
 
 
 def _eager():
@@ -472,7 +472,10 @@ def topology(n, p, terms=DEFAULT_TERMS):
     copy at a time ("bus"); where ranks outnumber cores α is a wait for a
     core, not work on one ("wait"); a message whose sender's core moves it
     too takes the ping-pong's β where ranks have a core each ("oneway";
-    not with "bus", which takes that curve as every copy's own)."""
+    not with "bus", which takes that curve as every copy's own); where ranks
+    outnumber cores, α grows with the ranks busy when a message is matched,
+    those in their waiter's spin (COMMRT_OVERSUB_SPIN_US) or copying
+    ("crowd": Topology.crowded)."""
     gmem = p.get("gamma_mem")
     if "gamma_busy" in terms and p.get("gamma_busy"):
         gmem = max(gmem or 0.0, p["gamma_busy"])
@@ -483,6 +486,10 @@ def topology(n, p, terms=DEFAULT_TERMS):
                     eager=_eager() if "rendezvous" in terms else None,
                     call=p.get("call", 0.0) if "call" in terms else 0.0,
                     alpha_wait="wait" in terms)
+    if "crowd" in terms:
+        from commrt import config
+
+        topo.crowd_spin = config.get("COMMRT_OVERSUB_SPIN_US") * 1e-6
     if "bus" in terms and p.get("oneway_at"):
         one = dict(map(tuple, p["oneway_at"]))
         both = [(k, b) for k, b in topo.beta_at if k in one]

@@ -278,6 +278,41 @@ def test_an_oversubscribed_alpha_is_a_wait_or_a_cores_work():
     assert simulate(spread, one, itemsize=1) == pytest.approx(A + k * B, rel=1e-12)
 
 
+def test_an_oversubscribed_alpha_grows_with_the_ranks_busy_when_it_is_matched():
+    """crowd: α fitted to every rank exchanging (x) where all are busy, α_shm where
+    no more than the cores are, linear between (Topology.crowded).  A chain of
+    eight ranks on two cores, each passing 1 MiB on: the first hop is matched at
+    the call's start, every rank busy (x); each later one while only its two
+    ranks are (its sender has just started its step; the others are past their
+    spin or done): α_shm.  The first hop's sender returned at once (an eager
+    send), so seven ranks are busy then, not eight.  Without the term every hop
+    pays x."""
+    k, x = 1 << 20, 500e-6
+    chain = dict(cores=2, alpha_at=((1, x),), alpha_wait=True)
+    full = topo(1, 8, **chain)
+    crowd = topo(1, 8, crowd_spin=50e-6, **chain)
+    assert [crowd.crowded(k, b) for b in (1, 2, 5, 8)] == pytest.approx([A, A, (A + x) / 2, x])
+    assert full.crowded(k, 2) == x                     # the term off
+
+    def steps(r):
+        recv = [[("recv", r - 1, 0, k)]] if r else []
+        return recv + ([[("send", r + 1, 0, k)]] if r < 7 else [])
+    assert simulate(full, steps, itemsize=1) == pytest.approx(7 * (x + k * B), rel=1e-12)
+    first = crowd.crowded(k, 7)
+    assert first == pytest.approx(A + (x - A) * 5 / 6)
+    assert simulate(crowd, steps, itemsize=1) == pytest.approx(first + 6 * A + 7 * k * B,
+                                                               rel=1e-12)
+    # the shift exchange that α is fitted to: ranks waiting for a core past their
+    # spin are not busy, so the fit, through the same engine, puts back what
+    # the term takes off
+    shift = shift_steps(8, 1 << 16)
+    took = simulate(full, shift, itemsize=1)
+    fitted = fit_alpha(crowd, 1 << 16, took / 7)
+    assert fitted > x
+    assert simulate(dataclasses.replace(crowd, alpha_at=((1, fitted),)), shift,
+                    itemsize=1) == pytest.approx(took, rel=1e-6)
+
+
 def test_a_cell_counts_as_planned_only_where_the_run_that_measured_it_had_the_plan():
     """A saved run's mark (forced_plans) says which forced algorithms ran on plans:
     ps got its plan with mark 2, so a replay of a mark-1 run keeps its ps cells
