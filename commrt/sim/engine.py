@@ -83,7 +83,10 @@ byte than β at that size (``Topology.b``).  ``crowd_spin``, where ranks
 outnumber cores: a shared-memory message's α grows with the ranks busy when
 it is matched, from α_shm with no more than the cores busy to the fitted α
 with all busy (``Topology.crowded``); busy: copying, or within crowd_spin of
-starting a step (a waiter's spin before it sleeps).  ``link_rate``,
+starting a step (a waiter's spin before it sleeps).  ``gamma_busy``: γ_mem of
+a shared-memory combine that starts while another rank of its node combines
+(two kernels on one memory); one alone takes γ_mem (``Topology.g``; a combine
+booked first does not see one booked after it).  ``link_rate``,
 ``link_burst``, ``beta_burst``: each node's link, each way, shaped by a
 token bucket (tc's tbf, as the namespace hosts' links are): a message
 between nodes that finds k tokens ends k / rate sooner than at the measured
@@ -167,6 +170,8 @@ class Topology:
     footprint: int = 0                  # bytes of each rank's buffer where the call's overflow
                                         # the caches (0: they fit): its shared-memory messages
                                         # move no faster per byte than one this large (``b``)
+    gamma_busy: Optional[float] = None  # γ_mem of a shared-memory combine while another rank
+                                        # of its node combines (None: γ_mem for every one)
     crowd_spin: Optional[float] = None  # where ranks outnumber cores, α scaled by the ranks
                                         # busy when a message is matched (``crowded``): a
                                         # rank is busy this long (s) after it starts a
@@ -239,15 +244,20 @@ class Topology:
         """α of a shared-memory message of no size (``a(0)``)."""
         return self.a(0)
 
-    def g(self, nbytes):
+    def g(self, nbytes, together=True):
         """γ of a combine of nbytes at once: γ in cache, γ_mem from 16 MiB, geometric
-        between (the cost model's Params.g, measured by the same kernels)."""
-        if not self.gamma_mem or self.gamma_mem <= self.gamma or nbytes <= _G_SMALL:
+        between (the cost model's Params.g, measured by the same kernels); with
+        ``gamma_busy``, γ_mem is that where another rank combines at the same
+        time (together) and γ_mem alone otherwise."""
+        mem = self.gamma_mem
+        if together and self.gamma_busy:
+            mem = max(mem or 0.0, self.gamma_busy)
+        if not mem or mem <= self.gamma or nbytes <= _G_SMALL:
             return self.gamma
         if nbytes >= _G_LARGE:
-            return self.gamma_mem
+            return mem
         f = math.log(nbytes / _G_SMALL) / math.log(_G_LARGE / _G_SMALL)
-        return self.gamma * (self.gamma_mem / self.gamma) ** f
+        return self.gamma * (mem / self.gamma) ** f
 
     @property
     def ranks(self):
@@ -563,6 +573,16 @@ def _full(topo, steps, itemsize, links, t0=0.0):
     began = [t0] * n               # when each rank started its current step (crowd)
     over = [False] * n             # past its last step (crowd)
 
+    combining = [(t0, t0)] * n     # each rank's latest shared-memory combine (gamma_busy)
+
+    def together(dst, at):
+        """Whether another rank of dst's node combines at `at` (Topology.g)."""
+        if not topo.gamma_busy:
+            return True
+        first = topo.node(dst) * topo.ranks_per_node
+        return any(c0 <= at < c1 for r, (c0, c1) in
+                   enumerate(combining[first:first + topo.ranks_per_node], first) if r != dst)
+
     def busy(dst, now):
         """The ranks sharing dst's cores busy at now (``Topology.crowded``), dst too:
         copying, or in their waiter's spin after starting a step (every rank at
@@ -602,8 +622,9 @@ def _full(topo, steps, itemsize, links, t0=0.0):
             # of its last piece) after both have posted
             ready = max(post, sent_at)
             a = alpha(nbytes)
-            work = a + nbytes * topo.g(nbytes)
-            floor = ready + a + nbytes * beta(nbytes) + first * topo.g(first)
+            both = together(dst, max(ready, mine[dst]))
+            work = a + nbytes * topo.g(nbytes, both)
+            floor = ready + a + nbytes * beta(nbytes) + first * topo.g(first, both)
             if topo.alpha_wait and topo.oversubscribed:
                 ready, work, a = ready + a, work - a, 0.0
         elif local:
@@ -622,7 +643,11 @@ def _full(topo, steps, itemsize, links, t0=0.0):
             ready = max(post, arrival - (nbytes - first) * topo.bn(nbytes))
             work, floor = nbytes * topo.net_cpu, max(post, arrival)
         if combine and not streamed:
-            g = topo.land if local else topo.g
+            if local and not topo.land_at:
+                both = together(dst, max(ready, mine[dst]))
+                g = lambda k: topo.g(k, both)   # noqa: E731
+            else:
+                g = topo.land if local else topo.g
             work += nbytes * g(nbytes)
             floor += first * g(first)
         if not work or (free is None and not local):   # as the network run always was
@@ -640,6 +665,8 @@ def _full(topo, steps, itemsize, links, t0=0.0):
             work += at - (start + a)
         if cores is not None:
             cores.book(core, start, start + work)   # (bus_at's wait may overlap a booking)
+        if combine and local:
+            combining[dst] = (start, start + work)
         mine[dst] = start + work
         return max(start + work, floor)
 

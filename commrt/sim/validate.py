@@ -446,12 +446,12 @@ def measure(n, sizes, algos, timeout=600):
 
 # the model's terms, each switchable for the comparisons in docs/scale.md
 TERMS = ("shift", "gamma_busy", "rendezvous", "call", "bus", "wait", "chain", "oneway", "land",
-         "footprint", "crowd")
+         "footprint", "crowd", "alone")
 # those the validation uses: "bus" is measured and kept for comparison, but its
 # one-way curve is the noisiest figure here (a 16 MiB ping-pong slower per copy
 # than the exchange in some rounds), and it did not help (docs/scale.md)
 DEFAULT_TERMS = ("shift", "gamma_busy", "rendezvous", "call", "wait", "chain", "oneway",
-                 "land", "footprint", "crowd")
+                 "land", "footprint", "crowd", "alone")
 
 
 def _eager():
@@ -464,7 +464,9 @@ def topology(n, p, terms=DEFAULT_TERMS):
     """The one-node topology of n ranks with the calibration p: the cost model's
     α, β, γ, γ_mem; β per size; where ranks outnumber cores those cores, and α
     per size fitted to the shift exchange ("shift"; else the ring-pass hop);
-    γ_mem of ranks combining at once ("gamma_busy"); messages above the eager
+    γ_mem of ranks combining at once ("gamma_busy"; with "alone", only for a
+    combine while another rank of the node combines, γ_mem otherwise:
+    Topology.gamma_busy); messages above the eager
     limit move once received and end their sender's call when taken
     ("rendezvous"); each rank's call costs its general path's own work first
     ("call"); a copy's β(s) is one copy's alone (ping-pong), and the rest of
@@ -476,16 +478,19 @@ def topology(n, p, terms=DEFAULT_TERMS):
     outnumber cores, α grows with the ranks busy when a message is matched,
     those in their waiter's spin (COMMRT_OVERSUB_SPIN_US) or copying
     ("crowd": Topology.crowded)."""
-    gmem = p.get("gamma_mem")
+    gmem, gbusy = p.get("gamma_mem"), None
     if "gamma_busy" in terms and p.get("gamma_busy"):
-        gmem = max(gmem or 0.0, p["gamma_busy"])
+        if "alone" in terms:
+            gbusy = p["gamma_busy"]
+        else:
+            gmem = max(gmem or 0.0, p["gamma_busy"])
     topo = Topology(1, n, p["alpha"], p["beta"], p["alpha"], p["beta"], p["gamma"],
                     p["segment"], cores=p["cores"] if n > p["cores"] else None,
                     gamma_mem=gmem, beta_at=tuple(map(tuple, p.get("beta_at", ()))),
                     alpha_oversub=p.get("alpha_oversub"),
                     eager=_eager() if "rendezvous" in terms else None,
                     call=p.get("call", 0.0) if "call" in terms else 0.0,
-                    alpha_wait="wait" in terms)
+                    alpha_wait="wait" in terms, gamma_busy=gbusy)
     if "crowd" in terms:
         from commrt import config
 

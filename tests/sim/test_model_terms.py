@@ -116,7 +116,11 @@ def _params(n, cores=2):
 def test_the_validation_topology_takes_each_term_and_leaves_it_out():
     p = _params(4)
     full = validate.topology(4, p, validate.TERMS)
-    assert full.cores == 2 and full.gamma_mem == 4e-10 and full.eager and full.alpha_wait
+    assert full.cores == 2 and full.eager and full.alpha_wait and full.crowd_spin == pytest.approx(50e-6)
+    # γ_busy beside another rank's combine, γ_mem alone ("alone"); without it, every one
+    assert (full.gamma_mem, full.gamma_busy, full.g(16 << 20)) == (3e-10, 4e-10, 4e-10)
+    shared = validate.topology(4, p, tuple(t for t in validate.TERMS if t != "alone"))
+    assert shared.gamma_mem == 4e-10 and shared.gamma_busy is None
     assert len(full.alpha_at) == 2 and full.a(8192) > 0
     # one copy's β, and the exchange's rest on the node's memory
     assert full.beta_at == ((8192, 4e-10), (1 << 20, 1.2e-10))
@@ -311,6 +315,28 @@ def test_an_oversubscribed_alpha_grows_with_the_ranks_busy_when_it_is_matched():
     assert fitted > x
     assert simulate(dataclasses.replace(crowd, alpha_at=((1, fitted),)), shift,
                     itemsize=1) == pytest.approx(took, rel=1e-6)
+
+
+def test_a_combine_alone_on_its_node_takes_gamma_mem_and_beside_another_gamma_busy():
+    """gamma_busy: γ_mem of a combine while another rank of the node combines.  A
+    binomial reduce's step on two ranks has one combine (rank 0's): γ_mem;
+    an exchange that combines both ways has two at once: γ_busy (the one
+    booked second sees the first).  Without gamma_busy every one is γ_mem."""
+    k, gm = 16 << 20, 2 * G
+    alone = topo(1, 2, gamma_mem=gm, gamma_busy=3 * gm)
+    assert alone.g(k, together=False) == gm and alone.g(k) == 3 * gm
+    assert alone.g(1 << 10, together=True) == G                  # in cache: γ
+
+    def reduce(r):
+        return [[("combine", 1, 0, k)]] if r == 0 else [[("send", 0, 0, k)]]
+
+    def exchange(r):
+        return [[("send", 1 - r, 0, k), ("combine", 1 - r, 0, k)]]
+    assert simulate(alone, reduce, itemsize=1) == pytest.approx(A + k * (B + gm), rel=1e-12)
+    assert simulate(alone, exchange, itemsize=1) == pytest.approx(A + k * (B + 3 * gm),
+                                                                  rel=1e-12)
+    plain = topo(1, 2, gamma_mem=gm)
+    assert simulate(plain, exchange, itemsize=1) == pytest.approx(A + k * (B + gm), rel=1e-12)
 
 
 def test_a_cell_counts_as_planned_only_where_the_run_that_measured_it_had_the_plan():
