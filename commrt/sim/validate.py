@@ -559,9 +559,9 @@ def sized(topo, local, nbytes, terms=DEFAULT_TERMS):
 
 @functools.lru_cache(maxsize=None)
 def _cache_bytes():
-    from commrt.transport import _core
+    from commrt.transport import last_cache_bytes
 
-    return _core._last_cache_bytes()
+    return last_cache_bytes()
 
 
 def land_topology(topo, algo, p, terms=DEFAULT_TERMS, planned=True):

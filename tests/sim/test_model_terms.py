@@ -474,8 +474,8 @@ def test_a_segment_of_a_call_that_overflows_the_caches_moves_at_the_calls_beta(m
     assert sized.b(big) == t.b(big) and sized.b(1 << 25) == t.b(1 << 25)
     # only β: the one-way, land and γ curves stay per message
     assert dataclasses.replace(sized, oneway_at=pts).b1(seg) == 5e-11
-    from commrt.transport import _core
-    cache = _core._last_cache_bytes()
+    from commrt.transport import last_cache_bytes
+    cache = last_cache_bytes()
     assert validate.sized(t, 2, cache // 2).footprint == cache // 2
     assert validate.sized(t, 2, cache // 4).footprint == 0
     assert validate.sized(t, 2, cache, terms=("shift",)).footprint == 0

@@ -81,3 +81,5 @@ def test_last_cache_is_read_from_sysfs(tmp_path):
         (d / "size").write_text(size + "\n")
     assert _core._last_cache_bytes(str(tmp_path)) == 16 << 20
     assert _core._last_cache_bytes(str(tmp_path / "missing")) == 32 << 20
+    from commrt.transport import last_cache_bytes      # the transport's public name
+    assert last_cache_bytes() == _core._last_cache_bytes() > 0
