@@ -573,25 +573,24 @@ def _full(topo, steps, itemsize, links, t0=0.0):
     began = [t0] * n               # when each rank started its current step (crowd)
     over = [False] * n             # past its last step (crowd)
 
-    combining = [(t0, t0)] * n     # each rank's latest shared-memory combine (gamma_busy)
+    # each rank's latest shared-memory receive that combines, its work's span (gamma_busy)
+    combining = [(t0, t0)] * n
+
+    def node_ranks(dst):
+        first = topo.node(dst) * topo.ranks_per_node
+        return range(first, first + topo.ranks_per_node)
 
     def together(dst, at):
         """Whether another rank of dst's node combines at `at` (Topology.g)."""
         if not topo.gamma_busy:
             return True
-        first = topo.node(dst) * topo.ranks_per_node
-        return any(c0 <= at < c1 for r, (c0, c1) in
-                   enumerate(combining[first:first + topo.ranks_per_node], first) if r != dst)
+        return any(combining[r][0] <= at < combining[r][1] for r in node_ranks(dst) if r != dst)
 
     def busy(dst, now):
         """The ranks sharing dst's cores busy at now (``Topology.crowded``), dst too:
         copying, or in their waiter's spin after starting a step (every rank at
         the call's start)."""
-        if topo.shared_cores:
-            ranks = range(n)
-        else:
-            first = topo.node(dst) * topo.ranks_per_node
-            ranks = range(first, first + topo.ranks_per_node)
+        ranks = range(n) if topo.shared_cores else node_ranks(dst)
         return 1 + sum(1 for r in ranks if r != dst and (
             mine[r] > now or (not over[r] and began[r] <= now < began[r] + crowd)))
 
@@ -665,7 +664,7 @@ def _full(topo, steps, itemsize, links, t0=0.0):
             work += at - (start + a)
         if cores is not None:
             cores.book(core, start, start + work)   # (bus_at's wait may overlap a booking)
-        if combine and local:
+        if combine and local and topo.gamma_busy:
             combining[dst] = (start, start + work)
         mine[dst] = start + work
         return max(start + work, floor)
