@@ -201,8 +201,10 @@ knob("COMMRT_FUZZ_CASES", 2000, int,
      "Cases per run of each parser fuzzer of the fault campaign (wire: split between TCP and "
      "shared memory; store). The default keeps CI's suite within its time budget; the "
      "campaign of docs/reliability.md sets 10^5.")
-knob("COMMRT_SOAK_OPS", 10000, int,
-     "Collectives the fault campaign's randomized soak runs and checks against NumPy.")
+knob("COMMRT_SOAK_OPS", 4000, int,
+     "Collectives the fault campaign's randomized soak runs and checks against NumPy (split "
+     "between shared memory and TCP).  The default keeps CI's suite within its time budget; "
+     "the campaign of docs/reliability.md sets 10^6.")
 
 # -- the torch backend (commrt/torch; docs/torch.md) -------------------------
 knob("COMMRT_TORCH_AUTOLOAD", True, _bool,

@@ -44,7 +44,7 @@ def examples(world, shm):
 
 
 def test_all_reduce(world):
-    @settings(max_examples=examples(world, 20), **COMMON)
+    @settings(max_examples=examples(world, 12), **COMMON)
     @given(data=st.data())
     def check(data):
         op = data.draw(st.sampled_from(OPS))

@@ -11,7 +11,8 @@ from commrt.collectives.state import state_of
 from commrt.errors import CollectiveMismatchError
 from commrt.testing import World
 
-pytestmark = pytest.mark.timeout(180)
+# Measured winners: alone, with no other test beside them (tests/conftest.py).
+pytestmark = [pytest.mark.timeout(180), pytest.mark.alone]
 
 MIN = 64 << 10                  # COMMRT_TUNE_MIN_BYTES in these worlds: cheap trials
 ENV = {"COMMRT_TUNE_MIN_BYTES": str(MIN), "COMMRT_COLL_PROBE_S": "0.3"}

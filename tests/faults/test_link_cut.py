@@ -23,6 +23,8 @@ import pytest
 
 from harness import LIVENESS, NAMED_WITHIN_S, assert_culprit_named, run_job
 
+pytestmark = pytest.mark.netns  # tests/conftest.py: these files run on one worker, in turn
+
 _count = itertools.count()
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from commrt.bench import dp
 
+pytestmark = pytest.mark.netns  # tests/conftest.py: these files run on one worker, in turn
+
 
 def _namespaces():
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)

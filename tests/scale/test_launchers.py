@@ -11,6 +11,8 @@ import pytest
 from cluster import SSHD, Slurm, Sshd, missing
 from scale_helpers import HERE, clean_env, ok_lines, require, run
 
+pytestmark = pytest.mark.netns  # tests/conftest.py: these files run on one worker, in turn
+
 RANK = os.path.join(HERE, "hosts_rank.py")
 REPO = os.path.dirname(os.path.dirname(HERE))
 SBATCH = os.path.join(REPO, "examples", "slurm", "commrt.sbatch")

@@ -11,6 +11,8 @@ import pytest
 from commrt.bench import _netns
 from scale_helpers import HERE, clean_env, ok_lines, run
 
+pytestmark = pytest.mark.netns  # tests/conftest.py: these files run on one worker, in turn
+
 RANK = os.path.join(HERE, "hosts_rank.py")
 
 
@@ -29,6 +31,7 @@ def test_every_all_reduce_across_namespace_hosts(ns_hosts, hosts, local):
         assert f" {h.names[rank // local]} " in line + " ", line
 
 
+@pytest.mark.alone  # a measured choice
 @pytest.mark.timeout(120)
 def test_a_slow_network_makes_the_model_pick_hierarchical_for_large_messages(ns_hosts):
     # 100 Mbit/s links: β_net is some 100x shared memory's, so at 16 MiB only the
@@ -42,6 +45,7 @@ def test_a_slow_network_makes_the_model_pick_hierarchical_for_large_messages(ns_
     assert lines[0].split()[4] == "hierarchical", lines[0]
 
 
+@pytest.mark.alone  # measured times against bounds
 @pytest.mark.timeout(90)
 def test_a_shaped_link_lets_its_burst_through_once_idle(ns_hosts):
     """tc's token bucket, which the simulator's validation models (engine._Bucket):

@@ -22,7 +22,7 @@ def test_cpu_all_to_all_tests_under_mpi_gates():
     env.update(COMMRT_TORCH_FULL="1", COMMRT_TORCH_SUITE_GATES="mpi",
                COMMRT_TORCH_SUITE_BACKEND="commrt", COMMRT_TORCH_SUITE_WORLD="3")
     cmd = [sys.executable, "-m", "pytest", SUITE, "-q", "-rA", "-p", "no:cacheprovider",
-           "--timeout", "300", "-k", "all_to_all and not cuda"]
+           "-n", "0", "--timeout", "300", "-k", "all_to_all and not cuda"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(SUITE))))
     out = proc.stdout + proc.stderr
