@@ -5,12 +5,14 @@ fixtures tests in several folders share.
 
 The suite runs in two pytest-xdist workers (pyproject's addopts): about half of
 a serial run's wall time is idle, its tests waiting on deadlines, sleeps and
-process starts.  A file's tests stay on one worker (its module and session
-fixtures are made once); the files marked `netns` share one worker (they make
-network namespaces and check that none is left behind); a test marked `alone`
-runs with no test beside it (its assertion rests on what it measures).  The
-files that take longest go first (FIRST), so that the workers finish together:
-xdist hands out the groups in this order (--no-loadscope-reorder)."""
+process starts.  A file's tests stay on one worker (--dist loadfile: its
+module and session fixtures are made once); tests marked `netns` run one at a
+time (they make network namespaces and check that none is left behind); a test
+marked `alone` runs with no test beside it (its assertion rests on what it
+measures).  The files that take longest go first (FIRST), so that the workers
+finish together: xdist hands out the files in this order
+(--no-loadscope-reorder).  (Not --dist loadgroup: pytest-xdist 3.8 groups by
+rewriting item._nodeid, which pytest 9.2 no longer reads.)"""
 import contextlib
 import fcntl
 import os
@@ -25,18 +27,19 @@ from commrt import config as commrt_config
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-# The files (and the netns group) over 60 s in a parallel run of 2026-12-08,
-# longest first: the rest follow in collection order.
+# The files over 60 s in a parallel run of 2026-12-08, longest first: the rest
+# follow in collection order.
 FIRST = ("tests/collectives/test_plans.py", "tests/collectives/test_collectives_property.py",
-         "tests/torch/test_backend.py", "tests/faults/test_soak_and_leaks.py", "netns",
-         "tests/comm/test_abort.py", "tests/torch/test_torch_launchers.py")
+         "tests/torch/test_backend.py", "tests/faults/test_soak_and_leaks.py",
+         "tests/comm/test_abort.py", "tests/torch/test_torch_launchers.py",
+         "tests/scale/test_ns_hosts.py")
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "long: runs only with COMMRT_LONG_TESTS=1 (a variant of a default test)")
     config.addinivalue_line(
-        "markers", "netns: makes network namespaces; such files run on one worker, in turn")
+        "markers", "netns: makes network namespaces; such tests run one at a time")
     config.addinivalue_line(
         "markers", "alone: runs with no other test beside it when workers run in parallel")
 
@@ -46,52 +49,52 @@ def pytest_report_header(config):
             else "commrt long tests: deselected (COMMRT_LONG_TESTS=1 runs them)")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+@pytest.hookimpl(wrapper=True)  # before the other plugins see the items
 def pytest_collection_modifyitems(config, items):
     if not _long():
         drop = [item for item in items if item.get_closest_marker("long")]
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = [item for item in items if not item.get_closest_marker("long")]
-    groups = {}
-    for item in items:
-        netns = item.get_closest_marker("netns") is not None
-        groups[item] = "netns" if netns else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(groups[item]))
-    rank = {group: i for i, group in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(groups[item], len(FIRST)))  # stable: the rest keep order
+    rank = {path: i for i, path in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))  # stable
+    return (yield)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's timer
 def pytest_runtest_protocol(item, nextitem):
-    worker = getattr(item.config, "workerinput", None)  # an xdist worker's own process only
-    if worker is None:
+    if getattr(item.config, "workerinput", None) is None:   # not an xdist worker's own process
         yield
         return
     # the workers' temporary folders share a parent, which pytest removes in time
     base = os.path.join(os.path.dirname(item.config.option.basetemp), "turn")
-    with _turn(base, alone=item.get_closest_marker("alone") is not None):
+    with _turn(base, alone=item.get_closest_marker("alone") is not None,
+               netns=item.get_closest_marker("netns") is not None):
         yield
 
 
 @contextlib.contextmanager
-def _turn(base, alone):
+def _turn(base, alone, netns):
     """A shared hold on the run's lock for an ordinary test, the whole lock for
     one marked `alone`.  An alone test holds the gate while it waits, so the
-    other worker starts nothing new meanwhile (writers first: it cannot starve)."""
-    with open(base + ".gate", "a") as gate, open(base + ".lock", "a") as lock:
+    other worker starts nothing new meanwhile (writers first: it cannot starve).
+    A test marked `netns` also holds the namespaces' lock, alone among those."""
+    with contextlib.ExitStack() as held:
+        gate, lock, ns = (held.enter_context(open(f"{base}.{name}", "a"))
+                          for name in ("gate", "lock", "netns"))
         fcntl.flock(gate, fcntl.LOCK_EX)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         finally:
             if not alone:
                 fcntl.flock(gate, fcntl.LOCK_UN)
+        if netns:  # after the turn: whoever holds this lock holds all it needs
+            fcntl.flock(ns, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(gate, fcntl.LOCK_UN)
+            for f in (ns, lock, gate):
+                fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _long():

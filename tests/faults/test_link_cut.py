@@ -23,7 +23,7 @@ import pytest
 
 from harness import LIVENESS, NAMED_WITHIN_S, assert_culprit_named, run_job
 
-pytestmark = pytest.mark.netns  # tests/conftest.py: these files run on one worker, in turn
+pytestmark = pytest.mark.netns  # tests/conftest.py: such tests run one at a time
 
 _count = itertools.count()
 

@@ -9,7 +9,7 @@ import pytest
 
 from launch_helpers import LAUNCH, assert_no_orphans, clean_env, launch, wait_for
 
-pytestmark = pytest.mark.netns  # tests/conftest.py: these files run on one worker, in turn
+pytestmark = pytest.mark.netns  # tests/conftest.py: such tests run one at a time
 
 # "ssh HOST CMD..." that runs CMD here: drops the host name and execs the rest
 FAKE_SSH = "sh -c 'shift; exec \"$@\"' fake-ssh"

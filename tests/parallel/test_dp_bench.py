@@ -10,7 +10,7 @@ import pytest
 
 from commrt.bench import dp
 
-pytestmark = pytest.mark.netns  # tests/conftest.py: these files run on one worker, in turn
+pytestmark = pytest.mark.netns  # tests/conftest.py: such tests run one at a time
 
 
 def _namespaces():

@@ -11,7 +11,7 @@ import pytest
 from commrt.bench import _netns
 from scale_helpers import HERE, clean_env, ok_lines, run
 
-pytestmark = pytest.mark.netns  # tests/conftest.py: these files run on one worker, in turn
+pytestmark = pytest.mark.netns  # tests/conftest.py: such tests run one at a time
 
 RANK = os.path.join(HERE, "hosts_rank.py")
 
