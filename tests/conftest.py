@@ -49,7 +49,6 @@ def pytest_report_header(config):
             else "commrt long tests: deselected (COMMRT_LONG_TESTS=1 runs them)")
 
 
-@pytest.hookimpl(wrapper=True)  # before the other plugins see the items
 def pytest_collection_modifyitems(config, items):
     if not _long():
         drop = [item for item in items if item.get_closest_marker("long")]
@@ -58,7 +57,6 @@ def pytest_collection_modifyitems(config, items):
             items[:] = [item for item in items if not item.get_closest_marker("long")]
     rank = {path: i for i, path in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))  # stable
-    return (yield)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's timer
